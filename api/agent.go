@@ -1,0 +1,64 @@
+package api
+
+// The agent's wire protocol: HTTP/1.1 over the sandbox's unix socket. Errors
+// use the same envelope as the server ({"detail", "error"}).
+//
+//	GET  /health                         → AgentHealth
+//	POST /exec          AgentExecRequest → NDJSON stream of ExecEvent
+//	POST /files/upload  UploadRequest    → UploadResult
+//	GET  /files/download?path=           → FileContent
+//	GET  /files/list?path=               → FileList
+//	POST /patch         AgentPatchRequest → AgentPatchResult
+//	GET  /exec/pty      WebSocket, frames per ORCHARD_COMPAT §3.17
+
+// AgentHealth is the agent's /health body.
+type AgentHealth struct {
+	Status  string `json:"status"`
+	PID     int    `json:"pid"`
+	Version string `json:"version,omitempty"`
+}
+
+// AgentExecRequest asks the agent to run one command.
+type AgentExecRequest struct {
+	Command        string            `json:"command"`
+	TimeoutSeconds int               `json:"timeout"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	LoginShell     bool              `json:"login_shell"`
+	// MaxOutputBytes caps each of stdout and stderr; 0 means the agent default.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+}
+
+// ExecEvent is one line of the agent's exec stream. Output events carry a
+// chunk of raw bytes (base64 in JSON); the last event has Exit set.
+type ExecEvent struct {
+	Stream string    `json:"stream,omitempty"` // "stdout" | "stderr"
+	Data   []byte    `json:"data,omitempty"`
+	Exit   *ExecExit `json:"exit,omitempty"`
+}
+
+// ExecExit ends an exec stream.
+type ExecExit struct {
+	// ExitCode is the process's status, or -signal when killed by a signal;
+	// 124 after a timeout (ORCHARD_COMPAT §4).
+	ExitCode  int  `json:"exit_code"`
+	TimedOut  bool `json:"timed_out"`
+	Signal    int  `json:"signal,omitempty"`
+	Truncated bool `json:"truncated,omitempty"`
+	// SpawnError is set when the command could not be started at all.
+	SpawnError string `json:"spawn_error,omitempty"`
+}
+
+// AgentPatchRequest asks the agent to apply a unified diff with git apply.
+type AgentPatchRequest struct {
+	Patch          string `json:"patch"`
+	TimeoutSeconds int    `json:"timeout"`
+	Dir            string `json:"dir,omitempty"`
+}
+
+// AgentPatchResult is the outcome of git apply.
+type AgentPatchResult struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}

@@ -1,0 +1,213 @@
+// Package api holds the wire types shared by the server, the agent and the
+// clients. Field names of the Orchard-compatible types are the wire contract
+// of ORCHARD_COMPAT.md and must not change.
+package api
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// Sandbox statuses (ORCHARD_COMPAT §6).
+const (
+	StatusPending       = "pending"
+	StatusReady         = "ready"
+	StatusUnschedulable = "unschedulable"
+	StatusFailed        = "failed"
+	StatusNotFound      = "not_found"
+)
+
+// Job statuses.
+const (
+	JobQueued    = "queued"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
+)
+
+// Sandbox kinds.
+const (
+	KindShell   = "shell"
+	KindBrowser = "browser"
+	KindDesktop = "desktop"
+)
+
+// CreateSandboxRequest is the body of POST /sandboxes.
+type CreateSandboxRequest struct {
+	Image        string            `json:"image"`
+	BlockNetwork *bool             `json:"block_network"`
+	SandboxID    *string           `json:"sandbox_id"`
+	CPU          *string           `json:"cpu"`
+	Memory       *string           `json:"memory"`
+	Timeout      *int              `json:"timeout"`
+	Kind         string            `json:"kind,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	TTLSeconds   *int              `json:"ttl_seconds,omitempty"`
+}
+
+// CreateSandboxResponse is the body POST /sandboxes answers with.
+type CreateSandboxResponse struct {
+	SandboxID    string `json:"sandbox_id"`
+	Namespace    string `json:"namespace"`
+	Image        string `json:"image"`
+	BlockNetwork bool   `json:"block_network"`
+	CPU          string `json:"cpu"`
+	Memory       string `json:"memory"`
+	Timeout      int    `json:"timeout"`
+	Status       string `json:"status"`
+	Kind         string `json:"kind"`
+}
+
+// Sandbox is the body of GET /sandboxes/{id} and /wait.
+type Sandbox struct {
+	SandboxID     string            `json:"sandbox_id"`
+	Namespace     string            `json:"namespace"`
+	Image         string            `json:"image"`
+	PodName       string            `json:"pod_name"`
+	BlockNetwork  bool              `json:"block_network"`
+	CPU           string            `json:"cpu"`
+	Memory        string            `json:"memory"`
+	CreatedAt     float64           `json:"created_at"`
+	Ready         bool              `json:"ready"`
+	Status        string            `json:"status"`
+	StatusMessage string            `json:"status_message"`
+	Kind          string            `json:"kind"`
+	Labels        map[string]string `json:"labels"`
+	LastHeartbeat *float64          `json:"last_heartbeat"`
+	ExpiresAt     *float64          `json:"expires_at"`
+}
+
+// SandboxList is the body of GET /sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// DeleteResponse is the body of DELETE /sandboxes/{id}.
+type DeleteResponse struct {
+	Status    string `json:"status"`
+	SandboxID string `json:"sandbox_id"`
+}
+
+// Command is a command as the exec endpoint takes it: a string, or a list
+// of strings that is joined with single spaces without quoting (an Orchard
+// quirk kept for compatibility).
+type Command string
+
+// UnmarshalJSON accepts a string or a list of strings.
+func (c *Command) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*c = Command(s)
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return &json.UnmarshalTypeError{Value: "command", Type: nil, Field: "command"}
+	}
+	*c = Command(strings.Join(l, " "))
+	return nil
+}
+
+// ExecRequest is the body of POST /sandboxes/{id}/exec.
+type ExecRequest struct {
+	Command        *Command          `json:"command"`
+	TimeoutSeconds *int              `json:"timeout_seconds"`
+	Cwd            *string           `json:"cwd"`
+	Env            map[string]string `json:"env"`
+	LoginShell     bool              `json:"login_shell"`
+	Wait           bool              `json:"wait"`
+}
+
+// Job is the Orchard job object (§3.11) plus Orchard's classified fault.
+type Job struct {
+	JobID       string   `json:"job_id"`
+	SandboxID   string   `json:"sandbox_id"`
+	Command     string   `json:"command"`
+	Status      string   `json:"status"`
+	Stdout      string   `json:"stdout"`
+	Stderr      string   `json:"stderr"`
+	ExitCode    *int     `json:"exit_code"`
+	CreatedAt   float64  `json:"created_at"`
+	StartedAt   *float64 `json:"started_at"`
+	CompletedAt *float64 `json:"completed_at"`
+	Error       *string  `json:"error"`
+	// Fault classifies a failed job whose cause is not the command itself
+	// (timeout, OOM, sandbox died). Absent for ordinary non-zero exits.
+	Fault     *FaultInfo `json:"fault,omitempty"`
+	Truncated bool       `json:"truncated,omitempty"`
+}
+
+// Terminal reports whether the job has finished.
+func (j *Job) Terminal() bool { return j.Status == JobSucceeded || j.Status == JobFailed }
+
+// FaultInfo mirrors faults.Info so that api stays free of other packages.
+type FaultInfo struct {
+	Category  string `json:"category"`
+	Source    string `json:"source"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// ExecQueued is the body of a non-waiting exec.
+type ExecQueued struct {
+	JobID  string `json:"job_id"`
+	Status string `json:"status"`
+}
+
+// PatchRequest is the body of POST /sandboxes/{id}/apply_patch.
+type PatchRequest struct {
+	Patch          *string `json:"patch"`
+	TimeoutSeconds *int    `json:"timeout_seconds"`
+}
+
+// PatchResult is the body apply_patch answers with.
+type PatchResult struct {
+	Success  bool    `json:"success"`
+	Stdout   string  `json:"stdout"`
+	Stderr   string  `json:"stderr"`
+	ExitCode *int    `json:"exit_code"`
+	Error    *string `json:"error"`
+}
+
+// UploadRequest is the body of POST /sandboxes/{id}/files.
+type UploadRequest struct {
+	Path    *string `json:"path"`
+	Content *string `json:"content"` // standard base64
+	Mode    string  `json:"mode,omitempty"`
+}
+
+// UploadResult is the body an upload answers with.
+type UploadResult struct {
+	Success bool   `json:"success"`
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+}
+
+// FileContent is the body of a download.
+type FileContent struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	Size    int64  `json:"size"`
+}
+
+// FileEntry is one entry of a directory listing.
+type FileEntry struct {
+	Name     string  `json:"name"`
+	Type     string  `json:"type"` // "file" | "directory"
+	Size     int64   `json:"size"`
+	Modified *string `json:"modified"`
+}
+
+// FileList is the body of a listing.
+type FileList struct {
+	Path  string      `json:"path"`
+	Files []FileEntry `json:"files"`
+}
+
+// StatusOK is the body of heartbeat and similar acknowledgements.
+type StatusOK struct {
+	Status    string `json:"status"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+}

@@ -1,0 +1,23 @@
+// Command orchard-agent is the in-sandbox agent: it runs as the sandbox's
+// PID 1 and serves the agent protocol (exec, PTY, files, patches) over HTTP
+// on a unix socket that the server reaches from the host.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/orchard/orchard/agent"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := agent.Main(ctx, os.Args[1:], os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "orchard-agent:", err)
+		os.Exit(1)
+	}
+}

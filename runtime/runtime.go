@@ -1,0 +1,61 @@
+// Package runtime defines where sandboxes live: the contract every backend
+// (local containers, Kubernetes pods) implements, and the sandbox spec it
+// receives. runtimetest holds the conformance suite.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Spec describes the sandbox a backend must create.
+type Spec struct {
+	ID           string
+	Kind         string  // api.KindShell, ...
+	Image        string  // "host", an OCI reference, "oci-layout:PATH[@ref]", "docker-archive:PATH"
+	CPU          float64 // cores; 0 = unlimited
+	MemoryBytes  int64   // 0 = unlimited
+	PidsLimit    int64   // 0 = backend default
+	BlockNetwork bool
+	Env          map[string]string // added to the agent's environment (and so every exec's)
+	Labels       map[string]string
+}
+
+// Instance is a live (or dead) sandbox as the backend sees it.
+type Instance struct {
+	ID string
+	// AgentAddr is how the server reaches the agent: "unix:/path/agent.sock"
+	// for local sandboxes, "http://ip:port" for pods.
+	AgentAddr string
+	Image     string
+	CreatedAt time.Time
+	Alive     bool
+	// Reason says why a dead sandbox ended ("oom", "exited: 137", ...).
+	Reason string
+}
+
+// Runtime creates and removes sandboxes. Create returns once the agent
+// answers /health; Delete is idempotent and removes everything the sandbox
+// used (processes, mounts, cgroups, state).
+type Runtime interface {
+	Create(ctx context.Context, spec Spec) (Instance, error)
+	Delete(ctx context.Context, id string) error
+	// Inspect reports the sandbox's liveness; a faults not_found error if
+	// the backend has no such sandbox.
+	Inspect(ctx context.Context, id string) (Instance, error)
+	// List returns every sandbox the backend holds, including ones created
+	// by an earlier server process (for reconciliation).
+	List(ctx context.Context) ([]Instance, error)
+}
+
+// OOMCounter is an optional ability: the number of OOM kills inside a
+// sandbox so far, used to classify an exec that died as sandbox.oom.
+type OOMCounter interface {
+	OOMKills(id string) (uint64, error)
+}
+
+// Closer is an optional ability: release backend resources at shutdown
+// without deleting sandboxes (they are re-attached on the next start).
+type Closer interface {
+	Close() error
+}
