@@ -1,5 +1,10 @@
 // Package agent is the in-sandbox HTTP server (exec, PTY, files, patches)
 // and the client the server uses to reach it.
+//
+// The agent usually runs as PID 1 of a sandbox. It serves HTTP/1.1 on a unix
+// socket, starts every command in its own session so that timeouts can kill
+// the whole process group, reaps every child (its own and inherited orphans)
+// from one place, and confines file operations to a root directory.
 package agent
 
 import (
@@ -7,41 +12,352 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
 )
 
 // DefaultSocket is where the agent listens inside a sandbox.
 const DefaultSocket = "/run/orchard/agent.sock"
 
+// Defaults of Config.
+const (
+	DefaultRoot = "/"
+	DefaultCwd  = "/workspace"
+	// DefaultMaxOutputBytes caps each of stdout and stderr of one command.
+	// Orchard has no cap; 64 MiB keeps any sane command whole while a
+	// runaway `yes` cannot exhaust the agent's or the server's memory.
+	DefaultMaxOutputBytes = 64 << 20
+	// DefaultExecTimeout is Orchard's DEFAULT_TIMEOUT_SECONDS, used when a
+	// request says 0.
+	DefaultExecTimeout = 300 * time.Second
+	// DefaultPatchTimeout is Orchard's apply_patch default.
+	DefaultPatchTimeout = 30 * time.Second
+)
+
+const (
+	// maxJSONBody bounds every JSON request but uploads: commands, env and
+	// patches are text a person or a model wrote.
+	maxJSONBody = 16 << 20
+	// maxUploadBody admits 1 GiB of base64 plus the JSON around it.
+	maxUploadBody = 1<<30 + 64<<10
+
+	// readHeaderTimeout only bounds a client that connects and says
+	// nothing; bodies and responses are unbounded in time because exec
+	// streams last as long as the command.
+	readHeaderTimeout = 10 * time.Second
+	// idleTimeout keeps pooled connections from the server open well past
+	// its 120 s keep-alive expectation (ORCHARD_COMPAT §0 fact 10).
+	idleTimeout = 5 * time.Minute
+	// shutdownGrace is how long in-flight requests may finish after the
+	// agent is told to stop; then running commands are killed. The sandbox
+	// is going away, so this is short.
+	shutdownGrace = 5 * time.Second
+)
+
+// Config configures an agent Server. The zero value of each field means its
+// default.
+type Config struct {
+	// Root confines every file operation: sandbox paths are resolved
+	// inside it, with symlinks and ".." unable to leave it. Default "/".
+	Root string
+	// Cwd is the default working directory of commands, PTYs and patches,
+	// and the base of relative file paths. Default $WORKING_DIR from Env,
+	// else "/workspace".
+	Cwd string
+	// Env is the environment commands inherit (before the request's env and
+	// without PYTHONHOME, PYTHONPATH, LD_LIBRARY_PATH). Default os.Environ().
+	Env []string
+	// MaxOutputBytes caps each output stream of one command when the request
+	// does not say. Default DefaultMaxOutputBytes.
+	MaxOutputBytes int64
+	// ExecTimeout applies when an exec request has no timeout. Default
+	// DefaultExecTimeout.
+	ExecTimeout time.Duration
+	// Version is reported by /health.
+	Version string
+	// Logger receives the agent's logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with defaults filled in, or an error if a field is
+// invalid.
+func (c Config) withDefaults() (Config, error) {
+	if c.Root == "" {
+		c.Root = DefaultRoot
+	}
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+	if c.Cwd == "" {
+		if wd, ok := envValue(c.Env, "WORKING_DIR"); ok && wd != "" {
+			c.Cwd = wd
+		} else {
+			c.Cwd = DefaultCwd
+		}
+	}
+	if c.MaxOutputBytes < 0 {
+		return c, fmt.Errorf("config: max output bytes %d is negative", c.MaxOutputBytes)
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.ExecTimeout < 0 {
+		return c, fmt.Errorf("config: exec timeout %v is negative", c.ExecTimeout)
+	}
+	if c.ExecTimeout == 0 {
+		c.ExecTimeout = DefaultExecTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Server is the agent. It serves once: Serve releases its resources when it
+// returns; a Server that is never served must be closed with Close.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	root   *os.Root
+	reaper *reaper
+	mux    *http.ServeMux
+
+	// mu guards closing and the Add side of handlers, so that no handler
+	// starts once shutdown waits for them.
+	mu       sync.RWMutex
+	closing  bool
+	handlers sync.WaitGroup
+
+	closeOnce sync.Once
+}
+
+// New validates cfg and prepares a Server: it opens the file root and joins
+// the process's child reaper.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("open root %s: %w", cfg.Root, err)
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		root:   root,
+		reaper: acquireReaper(cfg.Logger),
+		mux:    http.NewServeMux(),
+	}
+	s.route("GET /health", s.handleHealth)
+	s.route("POST /exec", s.handleExec)
+	s.route("GET /exec/pty", s.handlePTY)
+	s.route("POST /files/upload", s.handleUpload)
+	s.route("GET /files/download", s.handleDownload)
+	s.route("GET /files/list", s.handleList)
+	s.route("POST /patch", s.handlePatch)
+	s.route("/", s.handleUnknown)
+	return s, nil
+}
+
+// Close releases the Server's resources. Serve calls it; it is safe to call
+// more than once.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.reaper.release()
+		err = s.root.Close()
+	})
+	return err
+}
+
+// Serve answers requests on ln until ctx ends, then shuts down: requests in
+// flight get shutdownGrace to finish, then running commands and PTY sessions
+// are killed, and Serve returns once every handler has.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer s.Close()
+	// Every request context derives from base, so cancelling it reaches
+	// handlers that net/http no longer tracks (hijacked WebSockets).
+	base, cancelBase := context.WithCancelCause(context.Background())
+	defer cancelBase(nil)
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	var err error
+	select {
+	case err = <-served:
+		// The listener failed; nothing else will stop the handlers.
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	if serr := srv.Shutdown(sctx); serr != nil && !errors.Is(serr, context.DeadlineExceeded) {
+		s.log.Warn("shutdown", "err", serr)
+	}
+	cancel()
+	cancelBase(errors.New("agent shutting down"))
+	_ = srv.Close()
+	s.handlers.Wait()
+	if err == nil {
+		err = <-served
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// handlerFunc is a handler that reports failure by returning it; route turns
+// the error into the JSON envelope.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) route(pattern string, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		s.mu.RLock()
+		if s.closing {
+			s.mu.RUnlock()
+			s.writeError(w, r, faults.New(faults.CodeShuttingDown, faults.Unavailable, faults.Sandbox, "agent is shutting down"))
+			return
+		}
+		s.handlers.Add(1)
+		s.mu.RUnlock()
+		defer s.handlers.Done()
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// writeError is the one place errors become HTTP responses.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := faults.Of(err)
+	level := slog.LevelInfo
+	if e.Category == faults.Internal {
+		level = slog.LevelError
+	}
+	s.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path,
+		"category", e.Category, "source", e.Source, "code", e.Code, "err", err)
+	writeJSON(w, e.StatusOf(), faults.EnvelopeOf(e))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decodeJSON reads r's body, at most limit bytes, into v. It reads to EOF so
+// that net/http starts watching the connection and cancels the request
+// context if the client goes away while a command runs.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	err := json.NewDecoder(body).Decode(v)
+	if err == nil {
+		_, err = io.Copy(io.Discard, body)
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooBig):
+		return faults.Wrap(err, faults.CodeTooLarge, faults.TooLarge, faults.Client,
+			fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+	default:
+		return faults.Wrap(err, faults.CodeInvalidJSON, faults.InvalidRequest, faults.Client, "invalid JSON body: "+err.Error())
+	}
+}
+
+// handleUnknown answers what no route matched: 405 when the path exists
+// with another method, else 404.
+func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) error {
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "/" {
+			return faults.Newf(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "method %s not allowed on %s", r.Method, r.URL.Path).WithStatus(http.StatusMethodNotAllowed)
+		}
+	}
+	return faults.Newf(faults.CodeRouteNotFound, faults.NotFound, faults.Client, "no route %s %s", r.Method, r.URL.Path)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, api.AgentHealth{Status: "ok", PID: os.Getpid(), Version: s.cfg.Version})
+	return nil
+}
+
 // Main parses flags and serves until ctx ends.
 func Main(ctx context.Context, args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("orchard-agent", flag.ContinueOnError)
 	sock := fs.String("socket", DefaultSocket, "unix socket to listen on")
+	listenFD := fs.Int("listen-fd", -1, "serve on this inherited listening socket instead of --socket")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(*sock), 0o755); err != nil {
-		return err
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	version := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
 	}
-	_ = os.Remove(*sock)
-	ln, err := net.Listen("unix", *sock)
+	s, err := New(Config{Cwd: getenv("WORKING_DIR"), Version: version, Logger: log})
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(api.AgentHealth{Status: "ok", PID: os.Getpid()})
-	})
-	srv := &http.Server{Handler: mux}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	var ln net.Listener
+	if *listenFD >= 0 {
+		// The server made the socket on the host and passed it down, so
+		// its path is out of the sandbox's reach.
+		f := os.NewFile(uintptr(*listenFD), "agent-listener")
+		ln, err = net.FileListener(f)
+		f.Close()
+		if err == nil {
+			*sock = ln.Addr().String()
+		}
+	} else {
+		ln, err = listenUnix(*sock)
+	}
+	if err != nil {
+		s.Close()
 		return err
 	}
-	return nil
+	log.Info("agent listening", "socket", *sock, "pid", os.Getpid(), "version", version)
+	return s.Serve(ctx, ln)
+}
+
+// listenUnix listens on path, replacing a socket left by an earlier run.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return ln, nil
 }

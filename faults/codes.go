@@ -57,3 +57,24 @@ const (
 	CodeStoreUnavailable = "platform.store_unavailable"
 	CodeShuttingDown     = "platform.shutting_down"
 )
+
+// Files inside a sandbox, continued.
+const (
+	CodeFilePermission = "file.permission_denied"
+	CodeNotRegular     = "file.not_regular"
+	CodeSymlinkLoop    = "file.symlink_loop"
+)
+
+// Client side of the API.
+const (
+	// CodeUnreachable: the server could not be reached or the connection
+	// broke before a response arrived (dial error, reset, EOF).
+	CodeUnreachable = "platform.unreachable"
+	// CodeBadResponse: the server answered with a body the client cannot
+	// decode (not JSON, or not the expected shape).
+	CodeBadResponse = "platform.bad_response"
+	// CodeResponseTooLarge: a response exceeded the client's size bound.
+	CodeResponseTooLarge = "client.response_too_large"
+	// CodePTYFailed: an interactive PTY session ended with an error frame.
+	CodePTYFailed = "sandbox.pty_failed"
+)

@@ -19,6 +19,11 @@ type Spec struct {
 	BlockNetwork bool
 	Env          map[string]string // added to the agent's environment (and so every exec's)
 	Labels       map[string]string
+	// The quantities as the user wrote them and the idle lifetime: kept by
+	// the runtime with the sandbox so a restarted server can rebuild its record.
+	CPUQuantity    string `json:",omitempty"`
+	MemoryQuantity string `json:",omitempty"`
+	TTLSeconds     int    `json:",omitempty"`
 }
 
 // Instance is a live (or dead) sandbox as the backend sees it.
@@ -32,6 +37,9 @@ type Instance struct {
 	Alive     bool
 	// Reason says why a dead sandbox ended ("oom", "exited: 137", ...).
 	Reason string
+	// Spec is the spec the sandbox was created with, when the runtime kept
+	// it (empty ID otherwise).
+	Spec Spec
 }
 
 // Runtime creates and removes sandboxes. Create returns once the agent

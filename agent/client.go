@@ -1,0 +1,255 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
+)
+
+const (
+	// clientDialTimeout bounds connecting to an agent; a live agent
+	// accepts at once, so anything slower is an unreachable one.
+	clientDialTimeout = 5 * time.Second
+	// clientIdleConns is how many idle connections to one agent are kept:
+	// a sandbox rarely runs more requests than this at once.
+	clientIdleConns = 16
+	// clientIdleTimeout is below the agent's idleTimeout, so the client
+	// drops a pooled connection before the agent does.
+	clientIdleTimeout = 90 * time.Second
+	// maxErrorBody bounds how much of an error response is read.
+	maxErrorBody = 1 << 20
+)
+
+// Client talks to one agent. It keeps a pool of keep-alive connections; it
+// is safe for concurrent use.
+type Client struct {
+	base   string // http://... prefix of every request
+	wsURL  string // ws://.../exec/pty
+	hc     *http.Client
+	tr     *http.Transport
+	dialer *websocket.Dialer
+	badErr error // set when addr could not be understood
+}
+
+// NewClient returns a client for the agent at addr: "unix:/path/agent.sock"
+// or "http://host:port". A malformed addr makes every call fail.
+func NewClient(addr string) *Client {
+	c := &Client{}
+	d := &net.Dialer{Timeout: clientDialTimeout}
+	dial := d.DialContext
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		sock := strings.TrimPrefix(addr, "unix:")
+		dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", sock)
+		}
+		// The host is a placeholder: the dialer ignores it.
+		c.base = "http://agent"
+		c.wsURL = "ws://agent/exec/pty"
+	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
+		u, err := url.Parse(strings.TrimRight(addr, "/"))
+		if err != nil || u.Host == "" {
+			c.badErr = fmt.Errorf("agent address %q: %v", addr, err)
+			break
+		}
+		c.base = u.String()
+		ws := *u
+		ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+		c.wsURL = ws.String() + "/exec/pty"
+	default:
+		c.badErr = fmt.Errorf("agent address %q: want unix:/path or http://host:port", addr)
+	}
+	c.tr = &http.Transport{
+		// Agent addresses are sandbox-private: never through a proxy.
+		Proxy:               nil,
+		DialContext:         dial,
+		MaxIdleConns:        clientIdleConns,
+		MaxIdleConnsPerHost: clientIdleConns,
+		IdleConnTimeout:     clientIdleTimeout,
+		// Output is mostly small chunks; compression only adds latency.
+		DisableCompression: true,
+	}
+	c.hc = &http.Client{Transport: c.tr}
+	c.dialer = &websocket.Dialer{
+		NetDialContext:   dial,
+		HandshakeTimeout: clientDialTimeout,
+		ReadBufferSize:   32 << 10,
+		WriteBufferSize:  32 << 10,
+	}
+	return c
+}
+
+// Close drops the pooled connections.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// unreachable classifies a failure to talk to the agent at all. The caller
+// giving up is not the sandbox's fault and keeps its own class.
+func unreachable(ctx context.Context, op string, err error) error {
+	err = fmt.Errorf("agent %s: %w", op, err)
+	if ctx.Err() != nil {
+		e := *faults.Of(context.Cause(ctx))
+		e.Err = err
+		return &e
+	}
+	return faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox, "sandbox agent unreachable").WithRetryable(true)
+}
+
+// do sends a request and returns the response of a 2xx answer; any other
+// answer is decoded into its *faults.Error.
+func (c *Client) do(ctx context.Context, op, method, path string, body any) (*http.Response, error) {
+	if c.badErr != nil {
+		return nil, faults.Wrap(c.badErr, faults.CodeMisconfigured, faults.Internal, faults.Platform, "bad agent address")
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, faults.Wrap(fmt.Errorf("agent %s: encode request: %w", op, err), faults.CodeInternal, faults.Internal, faults.Platform, "internal error")
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, faults.Wrap(fmt.Errorf("agent %s: %w", op, err), faults.CodeInternal, faults.Internal, faults.Platform, "internal error")
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, unreachable(ctx, op, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(ctx, op, resp)
+}
+
+// decodeError rebuilds the agent's classified error from an error response,
+// keeping its HTTP status. A body without the envelope did not come from the
+// agent's handlers (a proxy, a crash mid-answer): unreachable.
+func decodeError(ctx context.Context, op string, resp *http.Response) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	if err != nil {
+		return unreachable(ctx, op, fmt.Errorf("read error body (HTTP %d): %w", resp.StatusCode, err))
+	}
+	var env faults.Envelope
+	if json.Unmarshal(b, &env) != nil || env.Error == nil {
+		return unreachable(ctx, op, fmt.Errorf("HTTP %d without error envelope: %.200q", resp.StatusCode, b))
+	}
+	return faults.FromInfo(*env.Error, resp.StatusCode)
+}
+
+// getJSON runs a request and decodes the JSON answer into out.
+func (c *Client) getJSON(ctx context.Context, op, method, path string, body, out any) error {
+	resp, err := c.do(ctx, op, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return unreachable(ctx, op, fmt.Errorf("decode response: %w", err))
+	}
+	return nil
+}
+
+// Health asks the agent whether it is up.
+func (c *Client) Health(ctx context.Context) (api.AgentHealth, error) {
+	var h api.AgentHealth
+	err := c.getJSON(ctx, "health", http.MethodGet, "/health", nil, &h)
+	return h, err
+}
+
+// Exec runs a command and calls onEvent (if not nil) with each output event
+// as it arrives, then returns how the command ended. A command that fails is
+// a result; the error is for failures to run it at all. A stream that breaks
+// before its exit event is unreachable (the agent or its sandbox died).
+func (c *Client) Exec(ctx context.Context, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error) {
+	resp, err := c.do(ctx, "exec", http.MethodPost, "/exec", req)
+	if err != nil {
+		return api.ExecExit{}, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.ExecEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // no exit event: the stream broke
+			}
+			return api.ExecExit{}, unreachable(ctx, "exec", fmt.Errorf("read stream: %w", err))
+		}
+		if ev.Exit != nil {
+			return *ev.Exit, nil
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+}
+
+// Upload writes a file in the sandbox.
+func (c *Client) Upload(ctx context.Context, req api.UploadRequest) (api.UploadResult, error) {
+	var res api.UploadResult
+	err := c.getJSON(ctx, "upload", http.MethodPost, "/files/upload", req, &res)
+	return res, err
+}
+
+// Download reads a file from the sandbox.
+func (c *Client) Download(ctx context.Context, path string) (api.FileContent, error) {
+	var res api.FileContent
+	err := c.getJSON(ctx, "download", http.MethodGet, "/files/download?path="+url.QueryEscape(path), nil, &res)
+	return res, err
+}
+
+// List lists a directory of the sandbox; "" means the agent's default.
+func (c *Client) List(ctx context.Context, path string) (api.FileList, error) {
+	q := ""
+	if path != "" {
+		q = "?path=" + url.QueryEscape(path)
+	}
+	var res api.FileList
+	err := c.getJSON(ctx, "list", http.MethodGet, "/files/list"+q, nil, &res)
+	return res, err
+}
+
+// Patch applies a unified diff with git apply.
+func (c *Client) Patch(ctx context.Context, req api.AgentPatchRequest) (api.AgentPatchResult, error) {
+	var res api.AgentPatchResult
+	err := c.getJSON(ctx, "patch", http.MethodPost, "/patch", req, &res)
+	return res, err
+}
+
+// DialPTY opens the agent's PTY WebSocket; header is sent with the
+// handshake. The caller owns the connection and speaks the frames of
+// ORCHARD_COMPAT §3.17 on it. A refused handshake with an error envelope
+// returns that error.
+func (c *Client) DialPTY(ctx context.Context, header http.Header) (*websocket.Conn, *http.Response, error) {
+	if c.badErr != nil {
+		return nil, nil, faults.Wrap(c.badErr, faults.CodeMisconfigured, faults.Internal, faults.Platform, "bad agent address")
+	}
+	conn, resp, err := c.dialer.DialContext(ctx, c.wsURL, header)
+	if err == nil {
+		return conn, resp, nil
+	}
+	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+		// gorilla has read at most 1 KiB of the body into resp.Body.
+		defer resp.Body.Close()
+		return nil, resp, decodeError(ctx, "pty", resp)
+	}
+	return nil, resp, unreachable(ctx, "pty", err)
+}

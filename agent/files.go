@@ -1,0 +1,432 @@
+package agent
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
+)
+
+const (
+	// maxSymlinks is Linux's MAXSYMLINKS: the same paths fail here as in
+	// the kernel.
+	maxSymlinks = 40
+	// maxDownload matches the upload limit (1 GiB of base64 in, 1 GiB of
+	// file out): a bigger file belongs in a volume, not in one JSON string.
+	maxDownload = 1 << 30
+	// listTimeLayout is Orchard's `modified` format: local time, no zone,
+	// no fraction (ORCHARD_COMPAT §3.16).
+	listTimeLayout = "2006-01-02T15:04:05"
+)
+
+var (
+	// errPathEscape is a path whose ".." components, directly or through a
+	// relative symlink, climb above the root.
+	errPathEscape = errors.New("path escapes the root")
+	errEmptyPath  = errors.New("empty path")
+	errNULInPath  = errors.New("path contains a NUL byte")
+)
+
+// resolve maps sandbox path p to a path relative to the root, following
+// symlinks the way the kernel would if the root were "/": a relative path
+// starts at Config.Cwd, an absolute symlink target starts again at the root
+// (so inside a container, where the root is "/", every symlink works as
+// usual), and ".." that climbs above the root, in p or in a relative
+// symlink, is errPathEscape.
+//
+// The result is only a fast path: every operation then goes through
+// os.Root, which refuses to leave the root even if the tree changes between
+// resolve and the operation (a symlink swapped in by the sandbox's user).
+func (s *Server) resolve(p string) (string, error) {
+	if p == "" {
+		return "", errEmptyPath
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errNULInPath
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = s.cfg.Cwd + "/" + p
+	}
+	pending := splitPath(p)
+	var real []string // resolved components, none of them a symlink
+	links := 0
+	missing := false // a component does not exist: the rest is lexical
+	for len(pending) > 0 {
+		c := pending[0]
+		pending = pending[1:]
+		if c == ".." {
+			if len(real) == 0 {
+				return "", errPathEscape
+			}
+			real = real[:len(real)-1]
+			missing = false
+			continue
+		}
+		real = append(real, c)
+		if missing {
+			continue
+		}
+		rel := strings.Join(real, "/")
+		fi, err := s.root.Lstat(rel)
+		if err != nil {
+			if isRootEscape(err) {
+				return "", err
+			}
+			// Missing, not a directory, no permission: the operation
+			// reports it on the path as the user gave it.
+			missing = true
+			continue
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if links++; links > maxSymlinks {
+			return "", syscall.ELOOP
+		}
+		target, err := s.root.Readlink(rel)
+		if err != nil {
+			return "", err
+		}
+		real = real[:len(real)-1]
+		if strings.HasPrefix(target, "/") {
+			real = real[:0]
+		}
+		pending = append(splitPath(target), pending...)
+	}
+	if len(real) == 0 {
+		return ".", nil
+	}
+	return strings.Join(real, "/"), nil
+}
+
+// splitPath splits p into its components without empty and "." ones.
+func splitPath(p string) []string {
+	parts := strings.Split(p, "/")
+	out := parts[:0]
+	for _, c := range parts {
+		if c != "" && c != "." {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// isRootEscape reports os.Root's refusal to leave the root. os exports no
+// sentinel for it, so its message is matched.
+func isRootEscape(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// fileFault classifies err from an operation on the user's path p;
+// notFound is the answer when p does not exist.
+func fileFault(err error, p string, notFound *faults.Error) error {
+	switch {
+	case errors.Is(err, errPathEscape), isRootEscape(err):
+		return faults.Wrap(err, faults.CodePathEscape, faults.InvalidRequest, faults.Client, "Path escapes the sandbox root: "+p)
+	case errors.Is(err, errEmptyPath), errors.Is(err, errNULInPath), errors.Is(err, syscall.ENAMETOOLONG):
+		return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "Invalid path: "+p)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		notFound.Err = err
+		return notFound
+	case errors.Is(err, syscall.ELOOP):
+		return faults.Wrap(err, faults.CodeSymlinkLoop, faults.InvalidRequest, faults.Client, "Too many levels of symbolic links: "+p)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return faults.Wrap(err, faults.CodeFilePermission, faults.PermissionDenied, faults.Client, "Permission denied: "+p)
+	}
+	return faults.Wrap(err, faults.CodeFileIO, faults.Internal, faults.Sandbox, "File operation failed: "+p)
+}
+
+func fileNotFound(p string) *faults.Error {
+	return faults.New(faults.CodeFileNotFound, faults.NotFound, faults.Client, "File not found: "+p)
+}
+
+func pathNotFound(p string) *faults.Error {
+	return faults.New(faults.CodePathNotFound, faults.NotFound, faults.Client, "Path not found: "+p)
+}
+
+func isDirectory(p string) *faults.Error {
+	return faults.New(faults.CodeIsDirectory, faults.InvalidRequest, faults.Client, "Path is a directory: "+p)
+}
+
+// parseMode parses an octal mode such as "0755". ok is false for "".
+func parseMode(s string) (mode fs.FileMode, ok bool, err error) {
+	if s == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
+	if err != nil || n > 0o7777 {
+		return 0, false, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "invalid mode %q: want octal like \"0755\"", s)
+	}
+	mode = fs.FileMode(n & 0o777)
+	if n&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if n&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if n&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode, true, nil
+}
+
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) error {
+	var req api.UploadRequest
+	if err := decodeJSON(w, r, maxUploadBody, &req); err != nil {
+		return err
+	}
+	if req.Path == nil || *req.Path == "" {
+		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "path is required")
+	}
+	if req.Content == nil {
+		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "content is required")
+	}
+	mode, explicit, err := parseMode(req.Mode)
+	if err != nil {
+		return err
+	}
+	size, err := s.upload(*req.Path, *req.Content, mode, explicit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.UploadResult{Success: true, Path: *req.Path, Size: size})
+	return nil
+}
+
+// writeErr marks an error of the destination, so that a copy error can be
+// told apart from one of the base64 source.
+type writeErr struct{ err error }
+
+func (e writeErr) Error() string { return e.err.Error() }
+func (e writeErr) Unwrap() error { return e.err }
+
+type errTaggingWriter struct{ f *os.File }
+
+func (t errTaggingWriter) Write(p []byte) (int, error) {
+	n, err := t.f.Write(p)
+	if err != nil {
+		err = writeErr{err}
+	}
+	return n, err
+}
+
+// upload writes the base64 content to sandbox path p: parents are created,
+// and the data goes to a temporary file in the same directory that is then
+// renamed over p, so that readers never see half a file. Without an explicit
+// mode, a replaced file keeps its mode and a new one gets 0666 less umask.
+func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int64, error) {
+	rel, err := s.resolve(p)
+	if err != nil {
+		return 0, fileFault(err, p, fileNotFound(p))
+	}
+	if rel == "." {
+		return 0, isDirectory(p)
+	}
+	dir := path.Dir(rel)
+	if err := s.root.MkdirAll(dir, 0o755); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
+			return 0, faults.Wrap(err, faults.CodeNotDirectory, faults.InvalidRequest, faults.Client, "Parent is not a directory: "+p)
+		}
+		return 0, fileFault(fmt.Errorf("upload %s: create parents: %w", p, err), p, fileNotFound(p))
+	}
+	if fi, err := s.root.Stat(rel); err == nil {
+		if fi.IsDir() {
+			return 0, isDirectory(p)
+		}
+		if !explicit && fi.Mode().IsRegular() {
+			mode, explicit = fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), true
+		}
+	}
+	tmp := path.Join(dir, ".orchard-upload-"+rand.Text())
+	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil {
+		return 0, fileFault(fmt.Errorf("upload %s: create temp: %w", p, err), p, fileNotFound(p))
+	}
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			_ = s.root.Remove(tmp)
+		}
+	}()
+	n, err := io.Copy(errTaggingWriter{f}, base64.NewDecoder(base64.StdEncoding, strings.NewReader(content)))
+	if err != nil {
+		var we writeErr
+		if errors.As(err, &we) {
+			return 0, fileFault(fmt.Errorf("upload %s: write: %w", p, we.err), p, fileNotFound(p))
+		}
+		return 0, faults.Wrap(err, faults.CodeInvalidBase64, faults.InvalidRequest, faults.Client, "content is not valid base64")
+	}
+	if explicit {
+		// fchmod, unlike the open mode, is not cut by the umask.
+		if err := f.Chmod(mode); err != nil {
+			return 0, fileFault(fmt.Errorf("upload %s: chmod: %w", p, err), p, fileNotFound(p))
+		}
+	}
+	if err := f.Close(); err != nil {
+		return 0, fileFault(fmt.Errorf("upload %s: close: %w", p, err), p, fileNotFound(p))
+	}
+	if err := s.root.Rename(tmp, rel); err != nil {
+		_ = s.root.Remove(tmp)
+		done = true
+		return 0, fileFault(fmt.Errorf("upload %s: rename: %w", p, err), p, fileNotFound(p))
+	}
+	done = true
+	return n, nil
+}
+
+func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "path is required")
+	}
+	f, size, err := s.openForDownload(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	// The body is written as it is encoded: a large file never sits in
+	// memory twice (raw and base64). size is written last, counted.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	name, _ := json.Marshal(p)
+	bw.WriteString(`{"path":`)
+	bw.Write(name)
+	bw.WriteString(`,"content":"`)
+	enc := base64.NewEncoder(base64.StdEncoding, bw)
+	n, err := io.Copy(enc, io.LimitReader(f, size))
+	if err == nil {
+		err = enc.Close()
+	}
+	if err == nil {
+		_, err = fmt.Fprintf(bw, `","size":%d}`+"\n", n)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		// Too late for an error body: break the connection so the client
+		// sees a failed transfer rather than a short file.
+		s.log.Warn("download aborted", "path", p, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// openForDownload opens sandbox path p for reading and returns the number of
+// bytes to send.
+func (s *Server) openForDownload(p string) (*os.File, int64, error) {
+	rel, err := s.resolve(p)
+	if err != nil {
+		return nil, 0, fileFault(err, p, fileNotFound(p))
+	}
+	// O_NONBLOCK: opening a FIFO must not hang the request; it is refused
+	// below like every non-regular file.
+	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, fileFault(fmt.Errorf("download %s: %w", p, err), p, fileNotFound(p))
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, 0, fileFault(fmt.Errorf("download %s: stat: %w", p, err), p, fileNotFound(p))
+	case fi.IsDir():
+		f.Close()
+		return nil, 0, isDirectory(p)
+	case !fi.Mode().IsRegular():
+		f.Close()
+		return nil, 0, faults.New(faults.CodeNotRegular, faults.InvalidRequest, faults.Client, "Not a regular file: "+p)
+	case fi.Size() > maxDownload:
+		f.Close()
+		return nil, 0, faults.Newf(faults.CodeTooLarge, faults.TooLarge, faults.Client, "File too large to download: %s (%d bytes, limit %d)", p, fi.Size(), maxDownload)
+	}
+	return f, fi.Size(), nil
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		p = s.cfg.Cwd
+	}
+	list, err := s.list(p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// list describes the direct children of sandbox directory p
+// (ORCHARD_COMPAT §3.16). A symlink that is dangling or leads out of the
+// root is listed as the link itself (a file, its own size) instead of
+// failing the whole listing as Orchard does.
+func (s *Server) list(p string) (api.FileList, error) {
+	rel, err := s.resolve(p)
+	if err != nil {
+		return api.FileList{}, fileFault(err, p, pathNotFound(p))
+	}
+	d, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return api.FileList{}, fileFault(fmt.Errorf("list %s: %w", p, err), p, pathNotFound(p))
+	}
+	defer d.Close()
+	fi, err := d.Stat()
+	if err != nil {
+		return api.FileList{}, fileFault(fmt.Errorf("list %s: stat: %w", p, err), p, pathNotFound(p))
+	}
+	if !fi.IsDir() {
+		return api.FileList{}, faults.New(faults.CodeNotDirectory, faults.InvalidRequest, faults.Client, "Not a directory: "+p)
+	}
+	// An error part way (permission on an entry) keeps what was read, as
+	// Orchard does.
+	entries, err := d.ReadDir(-1)
+	if err != nil && len(entries) == 0 {
+		return api.FileList{}, fileFault(fmt.Errorf("list %s: read: %w", p, err), p, pathNotFound(p))
+	}
+	files := make([]api.FileEntry, 0, len(entries))
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			continue // removed since it was read
+		}
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if t, err := s.statRel(path.Join(rel, e.Name())); err == nil {
+				info = t
+			}
+		}
+		typ := "file"
+		if info.IsDir() {
+			typ = "directory"
+		}
+		mod := info.ModTime().Local().Format(listTimeLayout)
+		files = append(files, api.FileEntry{Name: e.Name(), Type: typ, Size: info.Size(), Modified: &mod})
+	}
+	slices.SortFunc(files, func(a, b api.FileEntry) int { return strings.Compare(a.Name, b.Name) })
+	return api.FileList{Path: p, Files: files}, nil
+}
+
+// statRel stats a root-relative path, following symlinks within the root.
+func (s *Server) statRel(rel string) (fs.FileInfo, error) {
+	r, err := s.resolve("/" + rel)
+	if err != nil {
+		return nil, err
+	}
+	return s.root.Stat(r)
+}

@@ -1,0 +1,387 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
+)
+
+const (
+	// exitDrain is how long output is still collected after a command has
+	// exited or been killed. Only processes that outlive the command (a
+	// background job holding the pipe) keep a pipe open past its exit; we
+	// give them a moment and then stop listening instead of hanging until
+	// they end, which is what Orchard does.
+	exitDrain = time.Second
+
+	// readChunk is the pipe read size: large enough for throughput, small
+	// enough that output reaches the client as it is produced.
+	readChunk = 32 << 10
+
+	// loginPrelude is what Orchard's login shell runs before the command
+	// (ORCHARD_COMPAT §0 fact 6): bash --login -i does not read ~/.bashrc
+	// itself.
+	loginPrelude = "if [ -f ~/.bashrc ]; then . ~/.bashrc; fi; "
+)
+
+// Stream names of api.ExecEvent.
+const (
+	streamStdout = "stdout"
+	streamStderr = "stderr"
+)
+
+// strippedEnv are removed from the agent's environment before it is given to
+// commands: the agent's own interpreter settings must not leak into the
+// user's Python (ORCHARD_COMPAT §4).
+var strippedEnv = []string{"PYTHONHOME", "PYTHONPATH", "LD_LIBRARY_PATH"}
+
+// runSpec is one command for run.
+type runSpec struct {
+	argv      []string
+	dir       string
+	env       []string
+	timeout   time.Duration
+	maxOutput int64
+	// loginFilter applies the login-shell stderr filter.
+	loginFilter bool
+}
+
+// shellArgv is the argv of an exec request (ORCHARD_COMPAT §0 fact 6).
+func shellArgv(cmd string, login bool) []string {
+	if login {
+		return []string{"bash", "--login", "-i", "-c", loginPrelude + cmd}
+	}
+	return []string{"bash", "-c", cmd}
+}
+
+// commandEnv is base minus strippedEnv, overlaid with extra.
+func commandEnv(base []string, extra map[string]string) []string {
+	env := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(strippedEnv, k) {
+			continue
+		}
+		if _, over := extra[k]; over {
+			continue
+		}
+		env = append(env, kv)
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+// envValue is the last value of key in env, as execve would see it.
+func envValue(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// commandDir is the directory a command runs in: dir, else the default,
+// silently "/" when that is not a directory (ORCHARD_COMPAT §4 applies the
+// fallback to an explicit cwd too).
+func commandDir(dir, def string) string {
+	if dir == "" {
+		dir = def
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "/"
+	}
+	return dir
+}
+
+// lookPath finds file the way execvp would for a child with env and working
+// directory dir: the child's PATH counts, not the agent's.
+func lookPath(file string, env []string, dir string) (string, error) {
+	if strings.Contains(file, "/") {
+		p := file
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := isExecutable(p); err != nil {
+			return "", &exec.Error{Name: file, Err: err}
+		}
+		return p, nil
+	}
+	pathEnv, _ := envValue(env, "PATH")
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, file)
+		if isExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}
+
+func isExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return syscall.EACCES // what execve reports for either
+	}
+	return nil
+}
+
+// spawnExitCode is the shell's convention for a command that could not be
+// started: 127 not found, 126 found but not executable.
+func spawnExitCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, syscall.ENOENT) {
+		return 127
+	}
+	return 126
+}
+
+// chunk is one read from a command's output pipe; eof marks the end of a
+// stream.
+type chunk struct {
+	stream string
+	data   []byte
+	eof    bool
+}
+
+// outputCap enforces the per-stream output limit.
+type outputCap struct {
+	max       int64
+	n         int64
+	truncated bool
+}
+
+// take returns the part of p that fits, and whether this call crossed the
+// limit (so that the marker is emitted exactly once).
+func (c *outputCap) take(p []byte) (keep []byte, crossed bool) {
+	if c.truncated {
+		return nil, false
+	}
+	if room := c.max - c.n; int64(len(p)) > room {
+		c.n = c.max
+		c.truncated = true
+		return p[:room], true
+	}
+	c.n += int64(len(p))
+	return p, false
+}
+
+// truncationMarker is emitted once on a stream that hit its cap.
+func truncationMarker(max int64) []byte {
+	return fmt.Appendf(nil, "\n[orchard: output truncated after %d bytes]\n", max)
+}
+
+// timeoutNote is appended to stderr after a timeout (ORCHARD_COMPAT §0 fact 5).
+func timeoutNote(d time.Duration) []byte {
+	return fmt.Appendf(nil, "\nCommand timed out after %ds and was killed", int(d/time.Second))
+}
+
+// run executes spec and calls emit, from the calling goroutine only, with
+// each piece of output as it arrives, then returns how the command ended.
+// A command that exits non-zero, times out or cannot be started is a result;
+// the error is for failures of the agent itself (no pipes, no fork). When ctx
+// ends (client gone, agent shutting down) the process group is killed.
+func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string, p []byte)) (api.ExecExit, error) {
+	caps := map[string]*outputCap{
+		streamStdout: {max: spec.maxOutput},
+		streamStderr: {max: spec.maxOutput},
+	}
+	var filter *stderrFilter
+	if spec.loginFilter {
+		filter = &stderrFilter{}
+	}
+	out := func(stream string, p []byte) {
+		if stream == streamStderr && filter != nil {
+			p = filter.write(p)
+		}
+		if len(p) == 0 {
+			return
+		}
+		keep, crossed := caps[stream].take(p)
+		if len(keep) > 0 {
+			emit(stream, keep)
+		}
+		if crossed {
+			emit(stream, truncationMarker(spec.maxOutput))
+		}
+	}
+	finish := func(exit api.ExecExit, timedOut bool) api.ExecExit {
+		if filter != nil {
+			if rest := filter.flush(); len(rest) > 0 {
+				keep, crossed := caps[streamStderr].take(rest)
+				if len(keep) > 0 {
+					emit(streamStderr, keep)
+				}
+				if crossed {
+					emit(streamStderr, truncationMarker(spec.maxOutput))
+				}
+			}
+		}
+		if timedOut {
+			// Outside the cap: the note must survive truncation.
+			emit(streamStderr, timeoutNote(spec.timeout))
+		}
+		exit.Truncated = caps[streamStdout].truncated || caps[streamStderr].truncated
+		return exit
+	}
+
+	path, err := lookPath(spec.argv[0], spec.env, spec.dir)
+	if err != nil {
+		msg := err.Error()
+		emit(streamStderr, []byte(msg))
+		return api.ExecExit{ExitCode: spawnExitCode(err), SpawnError: msg}, nil
+	}
+
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return api.ExecExit{}, faults.Wrap(fmt.Errorf("open %s: %w", os.DevNull, err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return api.ExecExit{}, faults.Wrap(fmt.Errorf("stdout pipe: %w", err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
+	}
+	defer outR.Close()
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return api.ExecExit{}, faults.Wrap(fmt.Errorf("stderr pipe: %w", err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
+	}
+	defer errR.Close()
+	defer errW.Close()
+
+	c, err := s.reaper.start(func() (*os.Process, error) {
+		return os.StartProcess(path, spec.argv, &os.ProcAttr{
+			Dir:   spec.dir,
+			Env:   spec.env,
+			Files: []*os.File{devnull, outW, errW},
+			// A session of its own: the command's process group is
+			// separate from the agent's, so killing it on timeout kills
+			// the command and its background jobs, never the agent.
+			Sys: &syscall.SysProcAttr{Setsid: true},
+		})
+	})
+	if err != nil {
+		msg := err.Error()
+		emit(streamStderr, []byte(msg))
+		return api.ExecExit{ExitCode: spawnExitCode(err), SpawnError: msg}, nil
+	}
+	// Our copies of the write ends must go, or the pipes never reach EOF.
+	outW.Close()
+	errW.Close()
+	devnull.Close()
+
+	chunks := make(chan chunk)
+	go readPipe(outR, streamStdout, chunks)
+	go readPipe(errR, streamStderr, chunks)
+
+	timer := time.NewTimer(spec.timeout)
+	defer timer.Stop()
+	var (
+		open     = 2
+		exited   bool
+		killed   bool // the group was killed (timeout or ctx)
+		timedOut bool
+		drain    <-chan time.Time
+		gaveUp   bool // stopped waiting for a killed child that will not die
+		ctxDone  = ctx.Done()
+		childEnd = c.done
+	)
+	kill := func(why string) {
+		if killed {
+			return
+		}
+		killed = true
+		go func() {
+			if err := c.killGroup(); err != nil {
+				s.log.Warn("kill process group", "pid", c.pid, "why", why, "err", err)
+			}
+		}()
+		drain = time.After(exitDrain)
+	}
+	for open > 0 || (!exited && !gaveUp) {
+		select {
+		case ch := <-chunks:
+			if ch.eof {
+				open--
+			} else {
+				out(ch.stream, ch.data)
+			}
+		case <-childEnd:
+			exited = true
+			childEnd = nil
+			timer.Stop()
+			if drain == nil {
+				drain = time.After(exitDrain)
+			}
+		case <-timer.C:
+			timedOut = true
+			kill("timeout")
+		case <-ctxDone:
+			ctxDone = nil
+			kill("canceled")
+		case <-drain:
+			drain = nil
+			// Closing the read ends makes the readers return at once;
+			// whoever still holds the write ends gets EPIPE.
+			outR.Close()
+			errR.Close()
+			if !exited {
+				gaveUp = true
+				s.log.Warn("killed command did not exit", "pid", c.pid)
+			}
+		}
+	}
+
+	switch {
+	case timedOut:
+		return finish(api.ExecExit{ExitCode: 124, TimedOut: true}, true), nil
+	case !exited:
+		return finish(api.ExecExit{ExitCode: -int(syscall.SIGKILL), Signal: int(syscall.SIGKILL)}, false), nil
+	}
+	code, sig := c.exitCode()
+	return finish(api.ExecExit{ExitCode: code, Signal: sig}, false), nil
+}
+
+// readPipe sends what it reads from f to chunks, then an eof chunk. The
+// receiver always drains chunks until both streams sent eof, so the sends
+// never block forever.
+func readPipe(f *os.File, stream string, chunks chan<- chunk) {
+	buf := make([]byte, readChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			chunks <- chunk{stream: stream, data: slices.Clone(buf[:n])}
+		}
+		if err != nil {
+			// EOF, our own close after the drain, or an I/O error: all
+			// end the stream, and none is worth reporting to the client.
+			chunks <- chunk{stream: stream, eof: true}
+			return
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !embedagent
+
+package agentbin
+
+var embedded []byte

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/client"
+	"github.com/orchard/orchard/faults"
+)
+
+// execPollInterval is how often exec polls a running job for new output:
+// fast enough to feel live, slow enough to cost the server little.
+const execPollInterval = 200 * time.Millisecond
+
+func execCmd(conn *connection) *cobra.Command {
+	var (
+		timeout int
+		cwd     string
+		env     []string
+		login   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec [flags] SANDBOX [--] COMMAND [ARG...]",
+		Short: "Run a command in a sandbox",
+		Long: `Run a command in a sandbox as a job, stream its stdout and stderr, and exit
+with its exit code (128+N when signal N killed it).
+
+A single COMMAND argument is a shell command line ("ls | wc -l"); several
+arguments are an argv whose words are quoted for the shell.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, argv := args[0], args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return fmt.Errorf("exec: no command")
+			}
+			envMap, err := parseKV("env", env)
+			if err != nil {
+				return err
+			}
+			req := api.ExecRequest{Command: client.Command(commandLine(argv)), Env: envMap, LoginShell: login}
+			if timeout > 0 {
+				req.TimeoutSeconds = &timeout
+			}
+			if cwd != "" {
+				req.Cwd = &cwd
+			}
+			return runJob(cmd.Context(), conn.client(), id, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	// Everything after SANDBOX belongs to the command, its flags included.
+	cmd.Flags().SetInterspersed(false)
+	f := cmd.Flags()
+	f.IntVar(&timeout, "timeout", 0, "seconds before the command is killed (exit 124; default: the server's, 300)")
+	f.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
+	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE (repeatable)")
+	f.BoolVar(&login, "login", false, "run in a login shell (~/.bash_profile, ~/.bashrc)")
+	return cmd
+}
+
+// commandLine is the shell command for argv: one argument is taken as a
+// command line; several are quoted so that the remote shell sees them as
+// the same words (the API joins a list with spaces, unquoted).
+func commandLine(argv []string) string {
+	if len(argv) == 1 {
+		return argv[0]
+	}
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./_-", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// runJob starts the command, streams the job's output while it runs and
+// turns its end into the process's exit status.
+func runJob(ctx context.Context, c *client.Client, id string, req api.ExecRequest, stdout, stderr io.Writer) error {
+	jobID, err := c.ExecNoWait(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	var outN, errN int
+	t := time.NewTicker(execPollInterval)
+	defer t.Stop()
+	for {
+		job, err := c.GetJob(ctx, jobID)
+		if err != nil {
+			if ctx.Err() != nil {
+				printError(stderr, fmt.Sprintf("interrupted; job %s keeps running in sandbox %s", jobID, id), "")
+				return exitError{130}
+			}
+			return err
+		}
+		done := job.Terminal()
+		outN = emit(stdout, job.Stdout, outN, done)
+		errN = emit(stderr, job.Stderr, errN, done)
+		if done {
+			return jobExit(job, stderr)
+		}
+		select {
+		case <-ctx.Done():
+			printError(stderr, fmt.Sprintf("interrupted; job %s keeps running in sandbox %s", jobID, id), "")
+			return exitError{130}
+		case <-t.C:
+		}
+	}
+}
+
+// emit writes what of s lies beyond the n bytes already written and
+// returns the new count. While the job runs, replacement characters at the
+// end are held back: they may be a multi-byte character cut in half, which
+// the next snapshot completes.
+func emit(w io.Writer, s string, n int, final bool) int {
+	if !final {
+		for i := 0; i < utf8.UTFMax && strings.HasSuffix(s, string(utf8.RuneError)); i++ {
+			s = strings.TrimSuffix(s, string(utf8.RuneError))
+		}
+	}
+	if len(s) <= n {
+		return n
+	}
+	_, _ = io.WriteString(w, s[n:])
+	return len(s)
+}
+
+// jobExit maps a finished job to the process result: nil for success, the
+// command's exit status otherwise, 1 when it has none (it never ran).
+func jobExit(job api.Job, stderr io.Writer) error {
+	code := ""
+	if job.Fault != nil {
+		code = job.Fault.Code
+	}
+	if job.ExitCode == nil {
+		msg := "command failed without an exit code"
+		if job.Error != nil && *job.Error != "" {
+			msg = *job.Error
+		}
+		if code == "" {
+			code = faults.CodeInternal
+		}
+		printError(stderr, msg, code)
+		return exitError{1}
+	}
+	if job.Status == api.JobFailed && job.Error != nil && *job.Error != "" {
+		printError(stderr, *job.Error, code)
+	}
+	if st := exitStatus(*job.ExitCode); st != 0 {
+		return exitError{st}
+	}
+	return nil
+}

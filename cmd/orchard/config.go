@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orchard/orchard/server"
+	"github.com/orchard/orchard/server/manager"
+)
+
+// Config is everything `orchard serve` reads: flags, then Orchard's
+// environment names where they exist (ORCHARD_COMPAT §8), then ours.
+type Config struct {
+	Addr      string // --addr / ORCHARD_ADDR (HOST and PORT also honoured)
+	StateDir  string // --state-dir / ORCHARD_STATE_DIR
+	Store     string // --store / ORCHARD_STORE: memory
+	AgentPath string // ORCHARD_AGENT: the agent binary when not embedded
+	LogLevel  string // LOG_LEVEL
+	LogFormat string // LOG_FORMAT: json | text
+	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
+	// running jobs get this long before they are cut.
+	ShutdownTimeout time.Duration
+
+	Server  server.Config
+	Manager manager.Config
+}
+
+var keySplit = regexp.MustCompile(`[,\s]+`)
+
+func parseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("not a boolean: %q", s)
+}
+
+func defaultStateDir(getenv func(string) string) string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/orchard"
+	}
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "orchard")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "orchard")
+}
+
+// loadEnv fills cfg from the environment; flags already set win.
+func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool) error {
+	var errs []string
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	num := func(name string, set func(float64)) {
+		if v := getenv(name); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 {
+				errs = append(errs, fmt.Sprintf("%s: not a non-negative number: %q", name, v))
+				return
+			}
+			set(f)
+		}
+	}
+	boolean := func(name string, dst *bool) {
+		if v := getenv(name); v != "" {
+			b, err := parseBool(v)
+			if err != nil {
+				errs = append(errs, name+": "+err.Error())
+				return
+			}
+			*dst = b
+		}
+	}
+	secs := func(name string, dst *time.Duration, unit time.Duration) {
+		num(name, func(f float64) { *dst = time.Duration(f * float64(unit)) })
+	}
+
+	if !flagSet("addr") {
+		str("ORCHARD_ADDR", &cfg.Addr)
+		if h, p := getenv("HOST"), getenv("PORT"); p != "" {
+			if h == "" {
+				h = "127.0.0.1"
+			}
+			cfg.Addr = h + ":" + p
+		}
+	}
+	if !flagSet("state-dir") {
+		str("ORCHARD_STATE_DIR", &cfg.StateDir)
+	}
+	if !flagSet("store") {
+		str("ORCHARD_STORE", &cfg.Store)
+		if v := getenv("USE_REDIS"); v != "" {
+			if b, err := parseBool(v); err == nil && b {
+				cfg.Store = "redis"
+			}
+		}
+	}
+	str("ORCHARD_AGENT", &cfg.AgentPath)
+	str("LOG_LEVEL", &cfg.LogLevel)
+	str("LOG_FORMAT", &cfg.LogFormat)
+
+	str("SERVICE_NAME", &cfg.Server.ServiceName)
+	if v := getenv("API_KEYS"); v != "" {
+		for _, k := range keySplit.Split(v, -1) {
+			if k != "" {
+				cfg.Server.APIKeys = append(cfg.Server.APIKeys, k)
+			}
+		}
+	}
+	boolean("REQUIRE_API_KEY", &cfg.Server.RequireAPIKey)
+	num("ORCHARD_MAX_BODY_BYTES", func(f float64) { cfg.Server.MaxBodyBytes = int64(f) })
+
+	m := &cfg.Manager
+	str("SANDBOX_NAMESPACE", &m.Namespace)
+	str("DEFAULT_CPU", &m.DefaultCPU)
+	str("DEFAULT_MEMORY", &m.DefaultMemory)
+	str("DEFAULT_WORKING_DIR", &m.WorkingDir)
+	str("ORCHARD_DEFAULT_IMAGE", &m.DefaultImage)
+	num("DEFAULT_TIMEOUT_SECONDS", func(f float64) { m.DefaultTimeoutSeconds = int(f) })
+	num("MAX_CONCURRENT_CREATES", func(f float64) { m.MaxConcurrentCreates = int(f) })
+	num("ORCHARD_MAX_OUTPUT_BYTES", func(f float64) { m.MaxOutputBytes = int64(f) })
+	secs("SANDBOX_TTL_HOURS", &m.SandboxTTL, time.Hour)
+	secs("ORPHAN_JOB_TTL_HOURS", &m.OrphanJobTTL, time.Hour)
+	secs("CLEANUP_INTERVAL_SECONDS", &m.CleanupInterval, time.Second)
+	secs("PENDING_TIMEOUT_BUFFER_SECONDS", &m.PendingTimeoutBuffer, time.Second)
+	secs("HEARTBEAT_TIMEOUT_SECONDS", &m.HeartbeatTimeout, time.Second)
+	secs("AGENT_READY_WAIT_SECONDS", &m.AgentReadyWait, time.Second)
+	secs("EXEC_CONNECT_RETRY_WINDOW", &m.ExecConnectRetryWindow, time.Second)
+	boolean("HEARTBEAT_CLEANUP_ENABLED", &m.HeartbeatCleanupEnabled)
+	secs("ORCHARD_SHUTDOWN_TIMEOUT_SECONDS", &cfg.ShutdownTimeout, time.Second)
+
+	if len(errs) > 0 {
+		return fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func defaultConfig(getenv func(string) string) Config {
+	return Config{
+		Addr:            "127.0.0.1:8000",
+		StateDir:        defaultStateDir(getenv),
+		Store:           "memory",
+		LogLevel:        "INFO",
+		LogFormat:       "text",
+		ShutdownTimeout: 10 * time.Second,
+		Server:          server.Config{RequireAPIKey: true},
+		Manager:         manager.Config{HeartbeatCleanupEnabled: true},
+	}
+}
+
+// validate checks what the server cannot run without.
+func (c *Config) validate() error {
+	if c.Store != "memory" {
+		return fmt.Errorf("store %q is not available in this build (use memory)", c.Store)
+	}
+	if c.StateDir == "" {
+		return fmt.Errorf("state directory is empty")
+	}
+	for _, k := range c.Server.APIKeys {
+		if strings.ContainsAny(k, "?&#% ") {
+			return fmt.Errorf("API key contains characters that do not survive a URL query; use [A-Za-z0-9_-]")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/agentbin"
+	"github.com/orchard/orchard/runtime/local"
+	"github.com/orchard/orchard/server"
+	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store/memory"
+)
+
+func serveCmd(getenv func(string) string) *cobra.Command {
+	cfg := defaultConfig(getenv)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the Orchard API on this machine (local runtime)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadEnv(&cfg, getenv, cmd.Flags().Changed); err != nil {
+				return err
+			}
+			if err := cfg.validate(); err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address (env ORCHARD_ADDR, or HOST and PORT)")
+	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: sandboxes, image cache, API key (env ORCHARD_STATE_DIR)")
+	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory (env ORCHARD_STORE)")
+	return cmd
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if strings.EqualFold(cfg.LogFormat, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// apiKeys returns the configured keys, or the key kept in the state
+// directory, generating (and announcing) it on first start.
+func apiKeys(cfg Config, out io.Writer) ([]string, error) {
+	if len(cfg.Server.APIKeys) > 0 || !cfg.Server.RequireAPIKey {
+		return cfg.Server.APIKeys, nil
+	}
+	path := filepath.Join(cfg.StateDir, "api-key")
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
+		fmt.Fprintf(out, "API key: read from %s (send it as X-API-Key)\n", path)
+		return []string{strings.TrimSpace(string(b))}, nil
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return nil, err
+	}
+	key := base64.RawURLEncoding.EncodeToString(buf)
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("keep generated API key: %w", err)
+	}
+	fmt.Fprintf(out, "API key (generated, kept in %s; shown once):\n  %s\n", path, key)
+	return []string{key}, nil
+}
+
+func serve(ctx context.Context, cfg Config, out io.Writer) error {
+	log := newLogger(cfg, os.Stderr)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	keys, err := apiKeys(cfg, out)
+	if err != nil {
+		return err
+	}
+	cfg.Server.APIKeys = keys
+	agentPath, err := agentbin.Resolve(filepath.Join(cfg.StateDir, "bin"), cfg.AgentPath)
+	if err != nil {
+		return err
+	}
+	rt, err := local.New(local.Config{StateDir: filepath.Join(cfg.StateDir, "runtime"), AgentPath: agentPath, Logger: log})
+	if err != nil {
+		return fmt.Errorf("local runtime: %w", err)
+	}
+	defer rt.Close()
+	st := memory.New()
+	cfg.Manager.DisableEgress = true
+	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
+	if err := mgr.Recover(ctx); err != nil {
+		log.Warn("recover sandboxes from an earlier run", "err", err)
+	}
+	srv := server.New(cfg.Server, mgr, dialPTY, log)
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		// The SDK pools connections and reuses them after idle gaps; keep
+		// them at least as long as Orchard's uvicorn does (120 s).
+		IdleTimeout: 125 * time.Second,
+	}
+	fmt.Fprintf(out, "Orchard %s serving on http://%s (local runtime, %s store, state in %s)\n", version, ln.Addr(), cfg.Store, cfg.StateDir)
+	if cfg.Server.RequireAPIKey {
+		fmt.Fprintf(out, "Authenticate with the header X-API-Key; for the SDK: export SANDBOX_BASE_URL=http://%s SANDBOX_API_KEY=<key>\n", ln.Addr())
+	} else {
+		fmt.Fprintln(out, "Authentication is disabled (REQUIRE_API_KEY=false)")
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error { return mgr.Run(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		// Fixed order: stop taking requests, let in-flight ones and their
+		// jobs finish within the bound, then stop background work.
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		log.Info("shutting down")
+		_ = httpSrv.Shutdown(sctx)
+		if err := mgr.Shutdown(sctx); err != nil {
+			log.Warn("shutdown: background work cut short", "err", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func dialPTY(ctx context.Context, addr string) (*websocket.Conn, error) {
+	conn, _, err := agent.NewClient(addr).DialPTY(ctx, nil)
+	return conn, err
+}

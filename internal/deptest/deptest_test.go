@@ -1,0 +1,108 @@
+// Package deptest enforces the project's dependency rules and conventions
+// with tests, so they cannot erode silently.
+package deptest
+
+import (
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type pkg struct {
+	ImportPath string
+	Dir        string
+	Name       string
+	Deps       []string
+	GoFiles    []string
+	CgoFiles   []string
+}
+
+func goList(t *testing.T, env []string, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func moduleRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+const mod = "github.com/orchard/orchard/"
+
+// Libraries the sandbox-side packages must never pull in: they run inside
+// every sandbox and must stay small, static and free of the control plane.
+var forbiddenInAgent = []string{"github.com/gin-gonic/", "k8s.io/client-go", "github.com/redis/go-redis", "github.com/opencontainers/runc"}
+
+func TestAgentSideDependencies(t *testing.T) {
+	for _, p := range goList(t, []string{"CGO_ENABLED=0"}, mod+"agent", mod+"cmd/orchard-agent") {
+		for _, d := range p.Deps {
+			for _, f := range forbiddenInAgent {
+				if strings.HasPrefix(d, f) {
+					t.Errorf("%s depends on %s", p.ImportPath, d)
+				}
+			}
+		}
+	}
+}
+
+func TestAgentBuildsWithoutCgo(t *testing.T) {
+	cmd := exec.Command("go", "build", "-o", os.DevNull, "./cmd/orchard-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Dir = moduleRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 build of the agent: %v\n%s", err, out)
+	}
+}
+
+func TestBottomPackagesUseOnlyStdlib(t *testing.T) {
+	for _, p := range goList(t, nil, mod+"faults", mod+"api") {
+		for _, d := range p.Deps {
+			if strings.Contains(strings.Split(d, "/")[0], ".") && !strings.HasPrefix(d, mod+"faults") {
+				t.Errorf("%s imports %s; faults and api must import only the standard library", p.ImportPath, d)
+			}
+		}
+	}
+}
+
+func TestEveryPackageHasADocComment(t *testing.T) {
+	for _, p := range goList(t, nil, "./...") {
+		documented := false
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if file.Doc != nil && strings.TrimSpace(file.Doc.Text()) != "" {
+				documented = true
+				break
+			}
+		}
+		if !documented && len(p.GoFiles) > 0 {
+			t.Errorf("package %s has no doc comment", p.ImportPath)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+// Package testserver starts a real Orchard server for tests: the local
+// runtime with real containers, the memory store, the real agent binary,
+// real HTTP on loopback.
+package testserver
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/runtime/local"
+	"github.com/orchard/orchard/server"
+	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store/memory"
+)
+
+// APIKey is the key every test server accepts.
+const APIKey = "test-key_0123456789"
+
+// Main is the TestMain of packages that start servers: the test binary is
+// re-executed as the containers' init process, which must be handled
+// before tests run.
+func Main(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		local.Init()
+	}
+	os.Exit(m.Run())
+}
+
+// Server is a running test server.
+type Server struct {
+	URL      string
+	APIKey   string
+	Manager  *manager.Manager
+	Runtime  *local.Local
+	StateDir string
+	HTTP     *httptest.Server
+}
+
+// Options adjust the server.
+type Options struct {
+	Manager manager.Config
+	Server  server.Config
+	// StateDir reuses a state directory (to test restarts); empty = fresh.
+	StateDir string
+}
+
+// Start starts a server and stops it (deleting its sandboxes) at cleanup.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	testenv.RequireRoot(t)
+	agentPath := testenv.AgentBinary(t)
+	dir := opts.StateDir
+	if dir == "" {
+		dir = StateDir(t)
+	}
+	// Background work may log after a test ends, so logs go to stderr.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, Logger: log})
+	if err != nil {
+		t.Fatalf("local runtime: %v", err)
+	}
+	mc := opts.Manager
+	mc.DisableEgress = true
+	if mc.CleanupInterval == 0 {
+		mc.CleanupInterval = time.Hour
+	}
+	mgr := manager.New(mc, rt, memory.New(), func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
+	if err := mgr.Recover(context.Background()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	sc := opts.Server
+	if len(sc.APIKeys) == 0 {
+		sc.APIKeys = []string{APIKey}
+	}
+	sc.RequireAPIKey = true
+	srv := server.New(sc, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
+		c, _, err := agent.NewClient(addr).DialPTY(ctx, nil)
+		return c, err
+	}, log)
+	hs := httptest.NewServer(srv.Handler())
+	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs}
+	t.Cleanup(func() { s.Stop(t, true) })
+	return s
+}
+
+// Stop stops the HTTP server and the manager; with remove it also deletes
+// every sandbox the runtime holds. Safe to call twice.
+func (s *Server) Stop(t testing.TB, remove bool) {
+	if s.HTTP == nil {
+		return
+	}
+	s.HTTP.Close()
+	s.HTTP = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = s.Manager.Shutdown(ctx)
+	if remove {
+		insts, err := s.Runtime.List(ctx)
+		if err != nil {
+			t.Errorf("list sandboxes at cleanup: %v", err)
+		}
+		for _, in := range insts {
+			if err := s.Runtime.Delete(ctx, in.ID); err != nil {
+				t.Errorf("delete sandbox %s at cleanup: %v", in.ID, err)
+			}
+		}
+	}
+	_ = s.Runtime.Close()
+}
+
+// StateDir returns a fresh state directory outside the sandboxes' masked
+// paths, removed at cleanup.
+func StateDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "orchard-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	abs, _ := filepath.Abs(dir)
+	return abs
+}

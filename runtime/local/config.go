@@ -1,0 +1,227 @@
+package local
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/cgroups"
+	devices "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"golang.org/x/sys/unix"
+
+	// Lets the cgroup managers apply device rules.
+	_ "github.com/opencontainers/cgroups/devices"
+
+	"github.com/orchard/orchard/runtime"
+)
+
+// capabilities is runc's default set.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// maskedPaths and readonlyPaths are runc's defaults.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+		"/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// agentOOMScoreAdj keeps the kernel's OOM killer off the agent: when a
+// sandbox runs out of memory, the user's process should die, not the
+// sandbox. Not -1000, so a leaking agent can still be killed.
+const agentOOMScoreAdj = -998
+
+// cpuPeriod is the CFS period for CPU quotas (the kernel's default).
+const cpuPeriod = 100000
+
+// masks are the host folders hidden from "host" sandboxes.
+type masks struct {
+	writable []string // a fresh, writable tmpfs each (scratch folders)
+	hidden   []string // empty and read-only (libcontainer's masked paths)
+}
+
+// hostMasks lists what a "host" sandbox must not see of the host. Scratch
+// folders get a fresh writable tmpfs; private data is hidden. /opt and
+// /usr stay visible: users' tools live there.
+func hostMasks(stateDir string, extra []string) masks {
+	m := masks{
+		writable: []string{"/tmp", "/var/tmp", "/root", "/home", "/run"},
+		hidden: []string{
+			"/work", "/mnt", "/media", "/srv", "/var/lib/orchard",
+			"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+		},
+	}
+	if keys, _ := filepath.Glob("/etc/ssh/ssh_host_*key"); len(keys) > 0 {
+		m.hidden = append(m.hidden, keys...)
+	}
+	m.hidden = append(m.hidden, stateDir)
+	m.hidden = append(m.hidden, extra...)
+	// A path under a writable mask is already hidden, and masking it again
+	// would create a directory inside the fresh tmpfs.
+	var hidden []string
+	for _, p := range m.hidden {
+		if !slices.ContainsFunc(m.writable, func(w string) bool { return within(p, w) }) &&
+			!slices.Contains(hidden, p) {
+			hidden = append(hidden, p)
+		}
+	}
+	m.hidden = hidden
+	return m
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// containerConfig is the libcontainer configuration of one sandbox.
+func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *configs.Config {
+	const mountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
+	mounts := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: mountFlags},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: mountFlags, Data: "mode=1777,size=256m"},
+		{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: mountFlags},
+		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: mountFlags | unix.MS_RDONLY},
+	}
+	var hidden []string
+	if img.host {
+		for _, p := range l.hostMasks.writable {
+			data := "mode=755"
+			if p == "/tmp" || p == "/var/tmp" {
+				data = "mode=1777"
+			} else if p == "/root" {
+				data = "mode=700"
+			}
+			mounts = append(mounts, &configs.Mount{Source: "tmpfs", Destination: p, Device: "tmpfs",
+				Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: data})
+		}
+		hidden = l.hostMasks.hidden
+	}
+	mounts = append(mounts,
+		&configs.Mount{Source: l.cfg.AgentPath, Destination: agentMount, Device: "bind",
+			Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
+	)
+
+	var rules []*devices.Rule
+	for _, d := range specconv.AllowedDevices {
+		rules = append(rules, &d.Rule)
+	}
+	res := &cgroups.Resources{Devices: rules}
+	pids := spec.PidsLimit
+	if pids <= 0 {
+		pids = l.cfg.DefaultPidsLimit
+	}
+	res.PidsLimit = &pids
+	if spec.MemoryBytes > 0 {
+		res.Memory = spec.MemoryBytes
+		if l.swap {
+			res.MemorySwap = spec.MemoryBytes
+		}
+	}
+	if spec.CPU > 0 {
+		res.CpuPeriod = cpuPeriod
+		res.CpuQuota = max(int64(spec.CPU*cpuPeriod), 1000)
+	}
+
+	var oom *int
+	if l.protectAgent {
+		v := agentOOMScoreAdj
+		oom = &v
+	}
+	hostname := "sandbox-" + spec.ID
+	if len(hostname) > 63 {
+		hostname = hostname[:63]
+	}
+	return &configs.Config{
+		Rootfs:          rootfs,
+		Hostname:        hostname,
+		NoNewPrivileges: true,
+		OomScoreAdj:     oom,
+		Capabilities: &configs.Capabilities{
+			Bounding:  capabilities,
+			Effective: capabilities,
+			Permitted: capabilities,
+		},
+		Namespaces: configs.Namespaces{
+			{Type: configs.NEWNS}, {Type: configs.NEWPID}, {Type: configs.NEWUTS},
+			{Type: configs.NEWIPC}, {Type: configs.NEWNET}, {Type: configs.NEWCGROUP},
+		},
+		Networks: []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
+		Cgroups: &cgroups.Cgroup{
+			Path:      l.cgroupPath(spec.ID),
+			Resources: res,
+		},
+		Devices:       specconv.AllowedDevices,
+		Mounts:        mounts,
+		MaskPaths:     append(slices.Clone(maskedPaths), hidden...),
+		ReadonlyPaths: readonlyPaths,
+		Rlimits: []configs.Rlimit{
+			{Type: unix.RLIMIT_NOFILE, Hard: l.nofile, Soft: l.nofile},
+		},
+		Labels: []string{"orchard.sandbox=" + spec.ID, "orchard.image=" + spec.Image},
+	}
+}
+
+// cgroupPath is the sandbox's cgroup, the same in every hierarchy.
+func (l *Local) cgroupPath(id string) string {
+	return l.cfg.CgroupParent + "/" + id
+}
+
+// sandboxNofile is the open-file limit of sandbox processes: roomy for
+// browsers and language servers, like container runtimes' defaults.
+const sandboxNofile = 65536
+
+// nofileLimit is sandboxNofile, or this process's hard limit when it is
+// lower and cannot be raised (no CAP_SYS_RESOURCE).
+func nofileLimit(canRaise bool) uint64 {
+	var r unix.Rlimit
+	if canRaise || unix.Getrlimit(unix.RLIMIT_NOFILE, &r) != nil {
+		return sandboxNofile
+	}
+	return min(sandboxNofile, r.Max)
+}
+
+// capSysResource is the capability needed to lower oom_score_adj.
+const capSysResource = 24
+
+// canLowerOOMScore reports whether this process may lower oom_score_adj
+// (CAP_SYS_RESOURCE), which protecting the agent needs.
+func canLowerOOMScore() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<capSysResource) != 0
+		}
+	}
+	return false
+}
+
+// swapAccounting reports whether memory+swap can be limited, so a memory
+// limit cannot be escaped by swapping.
+func swapAccounting() bool {
+	if cgroups.IsCgroup2UnifiedMode() {
+		b, err := os.ReadFile("/proc/swaps")
+		return err == nil && strings.Count(string(b), "\n") > 1
+	}
+	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+	return err == nil
+}

@@ -1,0 +1,273 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/runtime"
+)
+
+// create does the work of Create; on error the caller tears down whatever
+// it left. Callers hold s.op.
+func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runtime.Instance, error) {
+	id := spec.ID
+	img, err := l.images.resolve(ctx, spec.Image)
+	if err != nil {
+		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return runtime.Instance{}, faults.Wrap(context.Cause(ctx), faults.CodeTimeout, faults.Timeout, faults.Platform,
+			fmt.Sprintf("create sandbox %s: deadline passed before the container started", id))
+	}
+
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
+	}
+	// One tmpfs per sandbox holds the writable layer, the overlay's work
+	// dir and the agent socket: overlayfs refuses an upper on the lower's
+	// filesystem (the host root), and unmounting it frees everything.
+	if err := unix.Mount("tmpfs", s.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("mode=0700,size=%d", l.cfg.WritableBytes)); err != nil {
+		return runtime.Instance{}, createFailed(id, "mount sandbox tmpfs", err)
+	}
+	upper, work := filepath.Join(s.dir, "upper"), filepath.Join(s.dir, "work")
+	rootfs := filepath.Join(s.dir, "rootfs")
+	for _, d := range []string{upper, work, rootfs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
+		}
+	}
+	m := meta{ID: id, Image: spec.Image, CreatedAt: time.Now().UTC(), AgentAddr: "unix:" + l.sockPath(id), Spec: spec}
+	if err := writeMeta(s.dir, m); err != nil {
+		return runtime.Instance{}, createFailed(id, "write sandbox metadata", err)
+	}
+	s.mu.Lock()
+	s.meta = m
+	s.mu.Unlock()
+
+	workdir := workspace
+	if img.host {
+		// An opaque /workspace: empty and writable even if the host has one.
+		if err := os.Mkdir(filepath.Join(upper, workspace), 0o755); err != nil {
+			return runtime.Instance{}, createFailed(id, "make workspace", err)
+		}
+		if err := unix.Setxattr(filepath.Join(upper, workspace), "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+			return runtime.Instance{}, createFailed(id, "make workspace", err)
+		}
+	} else if img.workingDir != "" {
+		workdir = img.workingDir
+	}
+	if err := mountOverlay(rootfs, img.lowers, upper, work); err != nil {
+		return runtime.Instance{}, createFailed(id, "mount root overlay", err)
+	}
+	if !img.host {
+		for _, d := range []string{workspace, workdir} {
+			if err := mkdirInRoot(rootfs, d); err != nil {
+				return runtime.Instance{}, createFailed(id, "make "+d, err)
+			}
+		}
+	}
+
+	// The server creates the agent's listening socket on the host and hands
+	// the agent only its descriptor: the socket's path is outside the
+	// sandbox, so nothing inside can replace it (with a symlink to a host
+	// socket, say) and make the server talk to something else.
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: l.sockPath(id), Net: "unix"})
+	if err != nil {
+		return runtime.Instance{}, createFailed(id, "listen on agent socket", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return runtime.Instance{}, createFailed(id, "listen on agent socket", err)
+	}
+	defer lnFile.Close()
+
+	cfg := l.containerConfig(spec, img, rootfs)
+	c, err := libcontainer.Create(l.ctrRoot, id, cfg)
+	if err != nil {
+		return runtime.Instance{}, classifyStart(id, "create container", err)
+	}
+	s.mu.Lock()
+	s.container = c
+	s.mu.Unlock()
+
+	logf, err := os.OpenFile(filepath.Join(s.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return runtime.Instance{}, createFailed(id, "open agent log", err)
+	}
+	defer logf.Close()
+	proc := &libcontainer.Process{
+		Args:       []string{agentMount, "--listen-fd", "3"},
+		ExtraFiles: []*os.File{lnFile},
+		Env:        agentEnv(img, workdir, spec.Env),
+		Cwd:        workdir,
+		Stdout:     logf,
+		Stderr:     logf,
+		Init:       true,
+	}
+	if err := c.Run(proc); err != nil {
+		return runtime.Instance{}, classifyStart(id, "start agent", err)
+	}
+	w := l.watchContainer(id, c)
+	s.mu.Lock()
+	s.watch = w
+	s.mu.Unlock()
+
+	if err := waitHealthy(ctx, l.sockPath(id), w); err != nil {
+		if reason, dead := w.exited(); dead {
+			return runtime.Instance{}, createFailed(id, "agent died: "+reason, errors.New(logTail(s.dir)))
+		}
+		if ctx.Err() != nil {
+			return runtime.Instance{}, faults.Wrap(err, faults.CodeAgentNotReady, faults.Timeout, faults.Sandbox,
+				fmt.Sprintf("create sandbox %s: agent not ready before the deadline", id))
+		}
+		return runtime.Instance{}, createFailed(id, "agent not healthy", err)
+	}
+
+	s.mu.Lock()
+	s.creating = false
+	s.attached = true
+	s.mu.Unlock()
+	return runtime.Instance{ID: id, AgentAddr: m.AgentAddr, Image: spec.Image, CreatedAt: m.CreatedAt, Alive: true, Spec: spec}, nil
+}
+
+func createFailed(id, what string, err error) error {
+	return faults.Wrap(err, faults.CodeCreateFailed, faults.Internal, faults.Platform,
+		fmt.Sprintf("create sandbox %s: %s", id, what))
+}
+
+// classifyStart tells capacity exhaustion (no pids, memory or cgroup room
+// left on the host: retry later) from other container start failures.
+func classifyStart(id, what string, err error) error {
+	msg := err.Error()
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOSPC) ||
+		strings.Contains(msg, "resource temporarily unavailable") ||
+		strings.Contains(msg, "cannot allocate memory") ||
+		strings.Contains(msg, "no space left on device") {
+		return faults.Wrap(err, faults.CodeCapacity, faults.Capacity, faults.Platform,
+			fmt.Sprintf("create sandbox %s: %s: host out of capacity", id, what))
+	}
+	return createFailed(id, what, err)
+}
+
+// agentEnv is the agent's environment: PATH, HOME and WORKING_DIR, the
+// image's Env, then the spec's Env (which wins).
+func agentEnv(img *image, workdir string, extra map[string]string) []string {
+	env := map[string]string{
+		"PATH":        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME":        "/root",
+		"WORKING_DIR": workdir,
+	}
+	for _, kv := range img.env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// mkdirInRoot creates dir (absolute inside the sandbox) under rootfs,
+// resolving symlinks inside rootfs so that an image cannot point it outside.
+func mkdirInRoot(rootfs, dir string) error {
+	p, err := securejoin.SecureJoin(rootfs, dir)
+	if err != nil {
+		return err
+	}
+	return os.MkdirAll(p, 0o755)
+}
+
+// Polling bounds for the agent's socket. The agent listens ~10 ms after
+// exec; a short first interval keeps create latency close to that.
+const (
+	healthPollMin = 200 * time.Microsecond
+	healthPollMax = time.Millisecond
+)
+
+// waitHealthy polls the agent's socket until GET /health answers 200, the
+// agent dies or ctx ends.
+func waitHealthy(ctx context.Context, sock string, w *watcher) error {
+	delay := healthPollMin
+	var last error
+	for {
+		if err := probeHealth(ctx, sock); err == nil {
+			return nil
+		} else {
+			last = err
+		}
+		if _, dead := w.exited(); dead {
+			return fmt.Errorf("agent exited: %w", last)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %v)", context.Cause(ctx), last)
+		case <-w.done:
+			t.Stop()
+		case <-t.C:
+		}
+		delay = min(delay*2, healthPollMax)
+	}
+}
+
+func probeHealth(ctx context.Context, sock string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte("GET /health HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /health: %s", resp.Status)
+	}
+	return nil
+}
+
+// logTail returns the end of the agent's log, for errors.
+func logTail(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "agent.log"))
+	if err != nil || len(b) == 0 {
+		return "agent log empty"
+	}
+	const max = 2048
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return "agent log: " + strings.TrimSpace(string(b))
+}

@@ -1,0 +1,151 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// teardownPoll is how often teardown re-checks that processes are gone.
+const teardownPoll = 2 * time.Millisecond
+
+// teardown removes everything sandbox s may have: processes, container
+// state, cgroups, mounts and its directory. It is idempotent and works on
+// half-created sandboxes and on ones left by an earlier process. Callers
+// hold s.op.
+func (l *Local) teardown(ctx context.Context, s *sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, teardownTimeout)
+	defer cancel()
+	s.mu.Lock()
+	c, w := s.container, s.watch
+	s.mu.Unlock()
+	if c == nil {
+		loaded, err := libcontainer.Load(l.ctrRoot, s.id)
+		if err == nil {
+			c = loaded
+		} else if !errors.Is(err, libcontainer.ErrNotExist) {
+			l.log.Warn("load container for teardown", "sandbox_id", s.id, "err", err)
+		}
+	}
+
+	var errs []error
+	cg := &cgroups.Cgroup{Path: l.cgroupPath(s.id), Resources: &cgroups.Resources{}}
+	var paths map[string]string
+	if c != nil {
+		if st, err := c.State(); err == nil {
+			cg, paths = st.Config.Cgroups, st.CgroupPaths
+		}
+		// SIGKILL to init kills its whole pid namespace.
+		if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+			l.log.Debug("kill sandbox init", "sandbox_id", s.id, "err", err)
+		}
+	}
+	// When init dies the kernel kills the rest of its pid namespace before
+	// reporting the exit, so waiting for init is usually all it takes.
+	if w != nil {
+		w.kill() // in case libcontainer no longer recognises init
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("wait for init to exit: %w", context.Cause(ctx)))
+		}
+	}
+	cm, err := manager.NewWithPaths(cg, paths)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("cgroup manager: %w", err))
+	} else if err := killCgroup(ctx, cm); err != nil {
+		errs = append(errs, err)
+	}
+	if c != nil {
+		if err := destroy(ctx, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Whatever libcontainer did not remove (no state, or a failed Create
+	// between cgroup creation and state save).
+	if cm != nil {
+		if err := cm.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(l.ctrRoot, s.id)); err != nil {
+		errs = append(errs, err)
+	}
+	if w != nil {
+		w.stop()
+	}
+
+	rootfs := filepath.Join(s.dir, "rootfs")
+	if err := unmount(rootfs); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmount(s.dir); err != nil {
+		errs = append(errs, err)
+	}
+	// Never remove through a mount: that would write whiteouts or delete
+	// files on whatever is still mounted.
+	if mounted(rootfs) || mounted(s.dir) {
+		errs = append(errs, fmt.Errorf("sandbox %s still has mounts after unmount", s.id))
+	} else if err := os.RemoveAll(s.dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func mounted(p string) bool {
+	m, err := mountinfo.Mounted(p)
+	return err == nil && m
+}
+
+// killCgroup kills every process left in the sandbox's cgroups (none once
+// init has died, unless one was joining the sandbox meanwhile) and waits
+// until they are gone. From the second round on, the freezer stops them
+// forking while they are being killed; it is not used first because
+// freezing on cgroup v1 polls for tens of milliseconds.
+func killCgroup(ctx context.Context, cm cgroups.Manager) error {
+	for round := 0; ; round++ {
+		pids, err := cm.GetAllPids()
+		if err != nil || len(pids) == 0 {
+			return nil // no cgroup, or empty
+		}
+		if round > 0 {
+			_ = cm.Freeze(cgroups.Frozen)
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		if round > 0 {
+			_ = cm.Freeze(cgroups.Thawed)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kill sandbox processes (%d left): %w", len(pids), context.Cause(ctx))
+		case <-time.After(teardownPoll):
+		}
+	}
+}
+
+// destroy removes the container's state and cgroups, retrying while the
+// kernel finishes tearing down its processes.
+func destroy(ctx context.Context, c *libcontainer.Container) error {
+	for {
+		err := c.Destroy()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("destroy container: %w", err)
+		case <-time.After(teardownPoll):
+		}
+	}
+}

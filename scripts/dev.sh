@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine:
+#   scripts/dev.sh serve [flags]   install what is missing, build, run the server
+#   scripts/dev.sh test            install what is missing, build, run every test
+#   scripts/dev.sh build           build bin/orchard and bin/orchard-agent only
+# Installing needs root; without it the script names the exact command to run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages: git (apply_patch inside host-image sandboxes, go modules),
+# gcc and libc headers (the server links runc's libcontainer with cgo),
+# iproute2 (tests check a sandbox sees only loopback), busybox-static
+# (tests build small OCI images), procps (leak check).
+PACKAGES=(git gcc libc6-dev iproute2 busybox-static procps ca-certificates)
+
+need_go() {
+  if command -v go >/dev/null 2>&1; then return; fi
+  if [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; return; fi
+  echo "Go 1.26 is required: install it from https://go.dev/dl/ into /usr/local/go" >&2
+  exit 1
+}
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "Missing packages: ${missing[*]}" >&2
+    echo "Install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "Installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() {
+  need_go
+  mkdir -p bin
+  local ver
+  ver=$(git describe --always --dirty 2>/dev/null || echo dev)
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/orchard-agent ./cmd/orchard-agent
+  cp bin/orchard-agent agentbin/orchard-agent
+  go build -trimpath -tags embedagent -ldflags "-X main.version=$ver" -o bin/orchard ./cmd/orchard
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  build)
+    build ;;
+  serve)
+    install_packages
+    build
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "orchard serve creates containers (namespaces, cgroups, overlays) and needs root: run with sudo" >&2
+      exit 1
+    fi
+    exec bin/orchard serve "$@" ;;
+  test)
+    install_packages
+    build
+    export ORCHARD_AGENT="$PWD/bin/orchard-agent"
+    go vet ./...
+    unformatted=$(gofmt -l . | grep -v '^agentbin/' || true)
+    if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+    go test -race -count=1 -timeout 25m "$@" ./...
+    scripts/leakcheck.sh ;;
+  *)
+    echo "usage: scripts/dev.sh serve|test|build" >&2
+    exit 2 ;;
+esac

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# After the whole test suite: nothing a sandbox used may be left behind —
+# no overlay or tmpfs mounts of Orchard's, no cgroups, no agent processes,
+# no test state directories.
+set -u
+fail=0
+mounts=$(grep -E 'orchard' /proc/self/mountinfo || true)
+if [ -n "$mounts" ]; then echo "leak: mounts left:"; echo "$mounts"; fail=1; fi
+for h in /sys/fs/cgroup/*/; do
+  d="$h/orchard"
+  if [ -d "$d" ]; then
+    left=$(find "$d" -mindepth 1 -type d 2>/dev/null)
+    if [ -n "$left" ]; then echo "leak: cgroups left:"; echo "$left"; fail=1; fi
+  fi
+done
+procs=$(pgrep -af 'orchard-agent' | grep -v pgrep || true)
+if [ -n "$procs" ]; then echo "leak: agent processes left:"; echo "$procs"; fail=1; fi
+dirs=$(ls -d /tmp/orchard-test-* 2>/dev/null || true)
+if [ -n "$dirs" ]; then echo "leak: test state dirs left:"; echo "$dirs"; fail=1; fi
+if [ $fail -eq 0 ]; then echo "leak check: clean"; fi
+exit $fail

@@ -1,0 +1,220 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orchard/orchard/internal/testserver"
+)
+
+// httpClient keeps connections alive across benchmark iterations, as the
+// SDK's session does.
+var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
+
+func post(b testing.TB, srv *testserver.Server, path string, body any) (int, map[string]any) {
+	buf, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(buf))
+	req.Header.Set("X-API-Key", srv.APIKey)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&m)
+	return res.StatusCode, m
+}
+
+func del(srv *testserver.Server, id string) error {
+	req, _ := http.NewRequest("DELETE", srv.URL+"/sandboxes/"+id, nil)
+	req.Header.Set("X-API-Key", srv.APIKey)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		return fmt.Errorf("delete %s: %d", id, res.StatusCode)
+	}
+	return nil
+}
+
+func getWait(b testing.TB, srv *testserver.Server, id string) map[string]any {
+	req, _ := http.NewRequest("GET", srv.URL+"/sandboxes/"+id+"/wait?timeout=600", nil)
+	req.Header.Set("X-API-Key", srv.APIKey)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&m)
+	return m
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(p*float64(len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkExecRoundTrip: POST /exec wait:true of `true` through the REST
+// API, against a raw `sh -c true` spawn measured in the same run.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	srv := testserver.Start(b, testserver.Options{})
+	id := createReady(b, srv, map[string]any{"memory": "512Mi"})
+	const warm = 20
+	for range warm {
+		post(b, srv, "/sandboxes/"+id+"/exec", map[string]any{"command": "true", "wait": true})
+	}
+	var api, raw []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		code, body := post(b, srv, "/sandboxes/"+id+"/exec", map[string]any{"command": "true", "wait": true})
+		api = append(api, time.Since(t0))
+		if code != 200 || body["status"] != "succeeded" {
+			b.Fatalf("exec: %d %v", code, body)
+		}
+		t1 := time.Now()
+		if err := exec.Command("sh", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		raw = append(raw, time.Since(t1))
+	}
+	b.StopTimer()
+	p50api, p50raw := percentile(api, 0.5), percentile(raw, 0.5)
+	b.ReportMetric(ms(p50api), "api_p50_ms")
+	b.ReportMetric(ms(percentile(api, 0.9)), "api_p90_ms")
+	b.ReportMetric(ms(p50raw), "spawn_p50_ms")
+	b.ReportMetric(float64(p50api)/float64(p50raw), "ratio_p50")
+}
+
+// BenchmarkCreate: POST /sandboxes then /wait until ready, one at a time
+// (cold: every create is a new container).
+func BenchmarkCreate(b *testing.B) {
+	srv := testserver.Start(b, testserver.Options{})
+	var lat []time.Duration
+	var ids []string
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		code, body := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "memory": "256Mi"})
+		if code != 200 {
+			b.Fatalf("create: %d %v", code, body)
+		}
+		id := body["sandbox_id"].(string)
+		if w := getWait(b, srv, id); w["status"] != "ready" {
+			b.Fatalf("wait: %v", w)
+		}
+		lat = append(lat, time.Since(t0))
+		ids = append(ids, id)
+		if len(ids) >= 20 { // bound the live set so later creates are not slowed by earlier ones
+			for _, id := range ids {
+				_ = del(srv, id)
+			}
+			ids = ids[:0]
+		}
+	}
+	b.StopTimer()
+	for _, id := range ids {
+		_ = del(srv, id)
+	}
+	b.ReportMetric(ms(percentile(lat, 0.5)), "create_p50_ms")
+	b.ReportMetric(ms(percentile(lat, 0.9)), "create_p90_ms")
+}
+
+// BenchmarkScale: ORCHARD_BENCH_SANDBOXES (default 1000) sandboxes created
+// concurrently, one exec each, then all deleted; reports wall time, the
+// success rate and memory per idle sandbox. Run with -benchtime=1x.
+func BenchmarkScale(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("ORCHARD_BENCH_SANDBOXES")); err == nil && v > 0 {
+		n = v
+	}
+	srv := testserver.Start(b, testserver.Options{})
+	for range b.N {
+		memBefore := usedMemory()
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		ids := make([]string, n)
+		start := time.Now()
+		sem := make(chan struct{}, 128) // client-side concurrency, as a trainer's pool
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				code, body := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "memory": "128Mi", "cpu": "0.5"})
+				if code != 200 {
+					return
+				}
+				id := body["sandbox_id"].(string)
+				ids[i] = id
+				if w := getWait(b, srv, id); w["status"] != "ready" {
+					return
+				}
+				code, body = post(b, srv, "/sandboxes/"+id+"/exec", map[string]any{"command": "echo ok", "wait": true})
+				if code == 200 && body["stdout"] == "ok\n" {
+					ok.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		live := time.Since(start)
+		memPer := float64(usedMemory()-memBefore) / float64(n)
+		for _, id := range ids {
+			if id != "" {
+				_ = del(srv, id)
+			}
+		}
+		// Deletes finish in the background; wait for the runtime to be empty.
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if insts, _ := srv.Runtime.List(b.Context()); len(insts) == 0 {
+				break
+			}
+		}
+		total := time.Since(start)
+		b.ReportMetric(live.Seconds(), "create_exec_s")
+		b.ReportMetric(total.Seconds(), "total_s")
+		b.ReportMetric(100*float64(ok.Load())/float64(n), "success_%")
+		b.ReportMetric(memPer/(1<<20), "MiB/sandbox")
+	}
+}
+
+// usedMemory is MemTotal − MemAvailable in bytes.
+func usedMemory() int64 {
+	raw, _ := os.ReadFile("/proc/meminfo")
+	var total, avail int64
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "MemTotal:":
+			total = v
+		case "MemAvailable:":
+			avail = v
+		}
+	}
+	return (total - avail) * 1024
+}

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/orchard/orchard/faults"
+)
+
+// renderError is the one place where errors become HTTP responses: status
+// from the category (or the compat override), body {"detail", "error"},
+// Retry-After on capacity and unavailability. Internal causes are logged,
+// never sent.
+func renderError(c *gin.Context, log *slog.Logger, err error) {
+	f := faults.Of(err)
+	status := f.StatusOf()
+	if status >= 500 && f.Category == faults.Internal {
+		log.Error("request failed", "request_id", c.GetString(requestIDKey), "path", c.FullPath(),
+			"code", f.Code, "category", f.Category, "source", f.Source, "err", err)
+	} else if f.Err != nil {
+		log.Debug("request error", "request_id", c.GetString(requestIDKey), "code", f.Code, "err", err)
+	}
+	if status == http.StatusServiceUnavailable || f.Category == faults.Capacity {
+		c.Header("Retry-After", "5")
+	}
+	c.AbortWithStatusJSON(status, faults.EnvelopeOf(f))
+}
+
+// validationItem is one entry of FastAPI's 422 detail list.
+type validationItem struct {
+	Type  string `json:"type"`
+	Loc   []any  `json:"loc"`
+	Msg   string `json:"msg"`
+	Input any    `json:"input"`
+}
+
+// errValidation builds a 422 in FastAPI's shape; the error object carries
+// the first item's message.
+func errValidation(items ...validationItem) *faults.Error {
+	msg := "request validation failed"
+	if len(items) > 0 {
+		msg = fmt.Sprintf("%s: %v", items[0].Msg, items[0].Loc)
+	}
+	e := faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, msg).WithStatus(http.StatusUnprocessableEntity)
+	e.Detail = items
+	return e
+}
+
+func missingField(where, field string, input any) validationItem {
+	return validationItem{Type: "missing", Loc: []any{where, field}, Msg: "Field required", Input: input}
+}
+
+// decodeJSON decodes the (already bounded) body into v, turning type errors
+// into 422s located at the offending field.
+func decodeJSON(body []byte, v any) error {
+	if len(body) == 0 {
+		return errValidation(validationItem{Type: "missing", Loc: []any{"body"}, Msg: "Field required", Input: nil})
+	}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		loc := []any{"body"}
+		if te.Field != "" {
+			loc = append(loc, te.Field)
+		}
+		typ := "type_error"
+		if te.Type != nil {
+			typ = te.Type.String() + "_type"
+		}
+		return errValidation(validationItem{Type: typ, Loc: loc, Msg: "Input should be a valid " + describe(te), Input: te.Value})
+	}
+	return errValidation(validationItem{Type: "value_error", Loc: []any{"body"}, Msg: err.Error(), Input: nil})
+}
+
+func describe(te *json.UnmarshalTypeError) string {
+	if te.Type == nil {
+		return "value"
+	}
+	switch te.Type.Kind().String() {
+	case "string":
+		return "string"
+	case "int", "int64", "int32":
+		return "integer"
+	case "bool":
+		return "boolean"
+	case "map", "struct":
+		return "dictionary"
+	case "slice":
+		return "list"
+	}
+	return te.Type.String()
+}
+
+// queryInt reads an integer query parameter, 422 when it is not one.
+func queryInt(c *gin.Context, name string, def int) (int, error) {
+	s, ok := c.GetQuery(name)
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, errValidation(validationItem{Type: "int_parsing", Loc: []any{"query", name},
+			Msg: "Input should be a valid integer, unable to parse string as an integer", Input: s})
+	}
+	return n, nil
+}

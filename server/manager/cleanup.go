@@ -1,0 +1,170 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/store"
+)
+
+// Run runs the cleanup loop until ctx ends: TTL,
+// pending-timeout and heartbeat cleanup, old-job reaping and
+// reconciliation every CleanupInterval.
+func (m *Manager) Run(ctx context.Context) error {
+	m.Sweep(ctx)
+	t := time.NewTicker(m.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			m.Sweep(ctx)
+		}
+	}
+}
+
+// Sweep runs one cleanup and reconciliation pass.
+func (m *Manager) Sweep(ctx context.Context) {
+	now := m.now()
+	recs, err := m.st.ListSandboxes(ctx)
+	if err != nil {
+		m.log.Warn("cleanup: list sandboxes", "err", err)
+		return
+	}
+	known := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		known[r.ID] = true
+		age := now.Sub(unixTime(r.CreatedAt))
+		ttl := m.cfg.SandboxTTL
+		if r.TTLSeconds > 0 {
+			ttl = time.Duration(r.TTLSeconds) * time.Second
+		}
+		var why string
+		switch {
+		case age > ttl:
+			why = "ttl expired"
+		case !r.Ready && age > time.Duration(r.CreationTimeout)*time.Second+m.cfg.PendingTimeoutBuffer:
+			why = "pending timeout"
+		case m.cfg.HeartbeatCleanupEnabled && r.Ready && r.LastHeartbeat != nil &&
+			now.Sub(unixTime(*r.LastHeartbeat)) > m.cfg.HeartbeatTimeout:
+			why = "heartbeat timeout"
+		}
+		if why != "" {
+			m.log.Info("cleanup: deleting sandbox", "sandbox_id", r.ID, "reason", why)
+			if err := m.Delete(ctx, r.ID); err != nil {
+				m.log.Warn("cleanup: delete", "sandbox_id", r.ID, "err", err)
+			}
+			known[r.ID] = false
+		}
+	}
+
+	if jobs, err := m.st.ListJobs(ctx); err == nil {
+		for _, j := range jobs {
+			if j.Terminal() && now.Sub(unixTime(j.CreatedAt)) > m.cfg.OrphanJobTTL {
+				_ = m.st.DeleteJob(ctx, j.JobID)
+			}
+		}
+	}
+
+	insts, err := m.rt.List(ctx)
+	if err != nil {
+		m.log.Warn("cleanup: runtime list failed; skipping reconciliation", "err", err)
+		return
+	}
+	live := make(map[string]bool, len(insts))
+	for _, inst := range insts {
+		live[inst.ID] = true
+		if _, ok := known[inst.ID]; ok {
+			continue
+		}
+		m.mu.Lock()
+		_, starting := m.creating[inst.ID]
+		m.mu.Unlock()
+		if starting {
+			continue
+		}
+		m.log.Info("reconcile: removing sandbox without a record", "sandbox_id", inst.ID)
+		if err := m.rt.Delete(ctx, inst.ID); err != nil {
+			m.log.Warn("reconcile: delete", "sandbox_id", inst.ID, "err", err)
+		}
+	}
+	for _, r := range recs {
+		if known[r.ID] && r.Ready && !live[r.ID] {
+			m.log.Info("reconcile: dropping record of a vanished sandbox", "sandbox_id", r.ID)
+			_ = m.st.DeleteSandbox(ctx, r.ID)
+		}
+	}
+}
+
+// Recover reconciles the store with sandboxes an earlier server process
+// left running: a live sandbox without a record is adopted (its record is
+// rebuilt from the spec the runtime kept) so clients holding its id carry
+// on; a dead one is removed.
+func (m *Manager) Recover(ctx context.Context) error {
+	insts, err := m.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, inst := range insts {
+		if _, err := m.st.GetSandbox(ctx, inst.ID); err == nil {
+			continue
+		}
+		if !inst.Alive || inst.Spec.ID == "" {
+			m.log.Info("recover: removing sandbox left by an earlier process", "sandbox_id", inst.ID, "alive", inst.Alive)
+			if err := m.rt.Delete(ctx, inst.ID); err != nil {
+				m.log.Warn("recover: delete", "sandbox_id", inst.ID, "err", err)
+			}
+			continue
+		}
+		sp := inst.Spec
+		rec := store.Sandbox{
+			ID: inst.ID, Namespace: m.cfg.Namespace, Kind: sp.Kind, Image: sp.Image, BlockNetwork: sp.BlockNetwork,
+			CPU: sp.CPUQuantity, Memory: sp.MemoryQuantity, CreatedAt: float64(inst.CreatedAt.UnixNano()) / 1e9,
+			Ready: true, Status: api.StatusReady, CreationTimeout: 3600, Labels: sp.Labels, Env: sp.Env,
+			AgentAddr: inst.AgentAddr, TTLSeconds: sp.TTLSeconds,
+		}
+		if err := m.st.CreateSandbox(ctx, rec); err != nil {
+			m.log.Warn("recover: store record", "sandbox_id", inst.ID, "err", err)
+			continue
+		}
+		m.log.Info("recover: re-attached sandbox", "sandbox_id", inst.ID)
+	}
+	return nil
+}
+
+func unixTime(f float64) time.Time {
+	return time.Unix(0, int64(f*1e9))
+}
+
+// Shutdown stops accepting work, cancels running jobs and pending creates
+// with a shutting-down cause, and waits for background work up to ctx.
+// Sandboxes themselves are left running: the next server re-attaches.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.stopOnce.Do(func() { close(m.stopping) })
+	done := make(chan struct{})
+	go func() { m.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	// Out of time: cut short what is still running, then give it a moment
+	// to record its final state.
+	m.mu.Lock()
+	for _, cancel := range m.creating {
+		cancel(errShutdown)
+	}
+	for _, js := range m.jobs {
+		for _, cancel := range js {
+			cancel(errShutdown)
+		}
+	}
+	m.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+	return context.Cause(ctx)
+}

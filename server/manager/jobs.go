@@ -1,0 +1,372 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/runtime"
+	"github.com/orchard/orchard/store"
+)
+
+// waitSlack is how long past its timeout a waiting exec keeps waiting for
+// the job (ORCHARD_COMPAT §3.9 step 5).
+const waitSlack = 30 * time.Second
+
+// outputFlushInterval bounds how stale a running job's stored output may
+// be; it keeps store writes per job to a few per second on chatty commands.
+const outputFlushInterval = 250 * time.Millisecond
+
+// sandboxLock serialises the jobs of one sandbox, FIFO through a channel.
+type sandboxLock struct{ ch chan struct{} }
+
+func (m *Manager) lock(ctx context.Context, id string) (func(), error) {
+	m.mu.Lock()
+	l, ok := m.locks[id]
+	if !ok {
+		l = &sandboxLock{ch: make(chan struct{}, 1)}
+		m.locks[id] = l
+	}
+	m.mu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// ExecParams is a validated exec request.
+type ExecParams struct {
+	Command        string
+	TimeoutSeconds int
+	Cwd            string
+	Env            map[string]string
+	LoginShell     bool
+	Wait           bool
+}
+
+// Exec creates a job and starts it. With Wait it returns once the job is
+// terminal or its timeout plus slack passes (then with a non-terminal status).
+func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, error) {
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	if rec, err = m.awaitAgent(ctx, rec); err != nil {
+		return api.Job{}, err
+	}
+	if p.TimeoutSeconds <= 0 {
+		p.TimeoutSeconds = m.cfg.DefaultTimeoutSeconds
+	}
+	job := api.Job{JobID: uuid.NewString(), SandboxID: id, Command: p.Command, Status: api.JobQueued, CreatedAt: m.unix()}
+	if err := m.st.CreateJob(ctx, job); err != nil {
+		return api.Job{}, err
+	}
+	var events <-chan struct{}
+	if p.Wait {
+		ev, cancel, err := m.st.Subscribe(ctx, store.JobTopic(job.JobID))
+		if err != nil {
+			return api.Job{}, err
+		}
+		defer cancel()
+		events = ev
+	}
+	jctx, cancel := context.WithCancelCause(context.Background())
+	m.mu.Lock()
+	if m.jobs[id] == nil {
+		m.jobs[id] = map[string]context.CancelCauseFunc{}
+	}
+	m.jobs[id][job.JobID] = cancel
+	m.mu.Unlock()
+	m.bg.Add(1)
+	go m.runJob(jctx, cancel, rec, job, p)
+	if !p.Wait {
+		return job, nil
+	}
+	return m.awaitJob(ctx, job.JobID, events, time.Duration(p.TimeoutSeconds)*time.Second+waitSlack)
+}
+
+// awaitAgent is the live readiness gate of exec: wait up to
+// AgentReadyWait for a pending sandbox; 404 "agent not ready" otherwise.
+func (m *Manager) awaitAgent(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
+	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID).WithStatus(404)
+	if rec.Ready && rec.Status == api.StatusReady && rec.AgentAddr != "" {
+		return rec, nil
+	}
+	if rec.Status != api.StatusPending {
+		notReady.Retryable = false
+		return rec, notReady
+	}
+	wctx, cancel := context.WithTimeout(ctx, m.cfg.AgentReadyWait)
+	defer cancel()
+	got, err := m.Wait(wctx, rec.ID, int(m.cfg.AgentReadyWait/time.Second)+1)
+	if err != nil || got.Status != api.StatusReady {
+		return rec, notReady
+	}
+	return got, nil
+}
+
+// WaitJob blocks until the job is terminal or timeout passes and returns
+// its state either way (a timeout is not an error: ORCHARD_COMPAT §3.12).
+func (m *Manager) WaitJob(ctx context.Context, jobID string, timeout time.Duration) (api.Job, error) {
+	if _, err := m.st.GetJob(ctx, jobID); err != nil {
+		return api.Job{}, err
+	}
+	ev, cancel, err := m.st.Subscribe(ctx, store.JobTopic(jobID))
+	if err != nil {
+		return api.Job{}, err
+	}
+	defer cancel()
+	return m.awaitJob(ctx, jobID, ev, timeout)
+}
+
+func (m *Manager) awaitJob(ctx context.Context, jobID string, events <-chan struct{}, timeout time.Duration) (api.Job, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		j, err := m.st.GetJob(ctx, jobID)
+		if err != nil || j.Terminal() {
+			return j, err
+		}
+		select {
+		case <-events:
+		case <-t.C:
+			return m.st.GetJob(ctx, jobID)
+		case <-ctx.Done():
+			return api.Job{}, context.Cause(ctx)
+		}
+	}
+}
+
+// GetJob returns a job.
+func (m *Manager) GetJob(ctx context.Context, jobID string) (api.Job, error) {
+	return m.st.GetJob(ctx, jobID)
+}
+
+// output accumulates a job's streams and flushes them to the store at a
+// bounded rate.
+type output struct {
+	mu        sync.Mutex // guards the fields below
+	stdout    []byte
+	stderr    []byte
+	dirty     bool
+	truncated bool
+}
+
+func (o *output) add(ev api.ExecEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch ev.Stream {
+	case "stdout":
+		o.stdout = append(o.stdout, ev.Data...)
+	case "stderr":
+		o.stderr = append(o.stderr, ev.Data...)
+	}
+	o.dirty = true
+}
+
+func (o *output) snapshot() (stdout, stderr string, dirty bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.dirty
+	o.dirty = false
+	return DecodeUTF8(o.stdout), DecodeUTF8(o.stderr), d
+}
+
+func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, rec store.Sandbox, job api.Job, p ExecParams) {
+	defer m.bg.Done()
+	defer cancel(nil)
+	defer func() {
+		m.mu.Lock()
+		delete(m.jobs[rec.ID], job.JobID)
+		if len(m.jobs[rec.ID]) == 0 {
+			delete(m.jobs, rec.ID)
+		}
+		m.mu.Unlock()
+	}()
+	store := m.st
+	bg := context.Background()
+	publish := func() { _ = store.Publish(bg, jobTopic(job.JobID)) }
+
+	unlock, err := m.lock(ctx, rec.ID)
+	if err != nil {
+		m.finishJob(job.JobID, nil, "", "", err, p.TimeoutSeconds)
+		publish()
+		return
+	}
+	defer unlock()
+	started := m.unix()
+	_, _ = store.UpdateJob(bg, job.JobID, func(j *api.Job) error {
+		j.Status, j.StartedAt = api.JobRunning, &started
+		return nil
+	})
+	publish()
+
+	out := &output{}
+	flushDone := make(chan struct{})
+	stopFlush := make(chan struct{})
+	go func() {
+		defer close(flushDone)
+		t := time.NewTicker(outputFlushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopFlush:
+				return
+			case <-t.C:
+				if so, se, dirty := out.snapshot(); dirty {
+					_, _ = store.UpdateJob(bg, job.JobID, func(j *api.Job) error {
+						j.Stdout, j.Stderr = so, se
+						return nil
+					})
+				}
+			}
+		}
+	}()
+
+	oomBefore, oomCounted := m.oomKills(rec.ID)
+	req := api.AgentExecRequest{
+		Command: p.Command, TimeoutSeconds: p.TimeoutSeconds, Cwd: p.Cwd, Env: p.Env,
+		LoginShell: p.LoginShell, MaxOutputBytes: m.cfg.MaxOutputBytes,
+	}
+	exit, err := m.execWithRetry(ctx, rec, req, out.add)
+	close(stopFlush)
+	<-flushDone
+	stdout, stderr, _ := out.snapshot()
+	var ex *api.ExecExit
+	if err == nil {
+		ex = &exit
+		if oomCounted && (exit.ExitCode == -9 || exit.ExitCode == 137) {
+			if after, ok := m.oomKills(rec.ID); ok && after > oomBefore {
+				err = faults.New(faults.CodeOOM, faults.ActionFailed, faults.Sandbox,
+					fmt.Sprintf("Command was killed: out of memory (sandbox memory limit %s)", rec.Memory))
+			}
+		}
+	}
+	m.finishJob(job.JobID, ex, stdout, stderr, err, p.TimeoutSeconds)
+	publish()
+}
+
+func jobTopic(id string) string { return store.JobTopic(id) }
+
+func (m *Manager) oomKills(id string) (uint64, bool) {
+	c, ok := m.rt.(runtime.OOMCounter)
+	if !ok {
+		return 0, false
+	}
+	n, err := c.OOMKills(id)
+	return n, err == nil
+}
+
+// execWithRetry runs the command on the agent. Only failures to reach the
+// agent are retried (the command never started), with backoff, inside the
+// connect-retry window; a sandbox the runtime reports dead is not retried.
+func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error) {
+	// The agent enforces the command timeout; this bound only catches an
+	// agent that stops answering.
+	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.TimeoutSeconds)*time.Second+waitSlack,
+		faults.Newf(faults.CodeExecTimeout, faults.Timeout, faults.Sandbox, "Execution timed out after %ds", req.TimeoutSeconds))
+	defer cancel()
+	a := m.agent(rec.AgentAddr)
+	deadline := time.Now().Add(m.cfg.ExecConnectRetryWindow)
+	backoff := 500 * time.Millisecond
+	for {
+		exit, err := a.Exec(ctx, req, onEvent)
+		if err == nil {
+			return exit, nil
+		}
+		if c := context.Cause(ctx); c != nil {
+			return exit, c
+		}
+		if !faults.Is(err, faults.CodeAgentUnreachable) || time.Now().After(deadline) {
+			return exit, err
+		}
+		if inst, ierr := m.rt.Inspect(ctx, rec.ID); ierr != nil || !inst.Alive {
+			if ierr == nil {
+				f := deathFault(inst.Reason)
+				return exit, faults.FromInfo(faults.Info{Category: faults.Category(f.Category), Source: faults.Source(f.Source),
+					Code: f.Code, Message: f.Message, Retryable: f.Retryable}, 0)
+			}
+			return exit, err
+		}
+		select {
+		case <-time.After(jitter(backoff)):
+		case <-ctx.Done():
+			return exit, context.Cause(ctx)
+		}
+		backoff = min(backoff*2, 8*time.Second)
+	}
+}
+
+// finishJob records the terminal state per ORCHARD_COMPAT §3.11 and §4.
+func (m *Manager) finishJob(jobID string, exit *api.ExecExit, stdout, stderr string, err error, timeout int) {
+	now := m.unix()
+	_, _ = m.st.UpdateJob(context.Background(), jobID, func(j *api.Job) error {
+		j.Stdout, j.Stderr, j.CompletedAt = stdout, stderr, &now
+		if j.StartedAt == nil {
+			j.StartedAt = &now
+		}
+		j.Status = api.JobFailed
+		if exit != nil {
+			code := exit.ExitCode
+			j.ExitCode = &code
+			j.Truncated = exit.Truncated
+			switch {
+			case exit.SpawnError != "" && err == nil:
+				f := faults.New(faults.CodeSpawnFailed, faults.ActionFailed, faults.Sandbox, exit.SpawnError)
+				if strings.Contains(exit.SpawnError, "resource temporarily unavailable") {
+					f = faults.New(faults.CodePidsLimit, faults.ActionFailed, faults.Sandbox,
+						"cannot start the command: the sandbox's process limit is reached ("+exit.SpawnError+")")
+				}
+				fi := toFaultInfo(f)
+				j.Fault, j.Error = &fi, &f.Message
+			case code == 0 && err == nil:
+				j.Status = api.JobSucceeded
+			case code == 124:
+				msg := fmt.Sprintf("Command timed out after %ds", timeout)
+				j.Error = &msg
+				if exit.TimedOut {
+					fi := toFaultInfo(faults.New(faults.CodeExecTimeout, faults.Timeout, faults.Policy, msg).WithRetryable(false))
+					j.Fault = &fi
+				}
+			}
+		}
+		if err != nil {
+			f := faults.Of(err)
+			msg := f.Message
+			switch {
+			case f.Code == faults.CodeExecTimeout:
+				j.Stderr += fmt.Sprintf("Command exceeded timeout of %ds and was forcibly terminated", timeout)
+			case f.Code == faults.CodeAgentUnreachable:
+				msg = "Agent connection error: " + f.Message
+			}
+			j.Error = &msg
+			fi := toFaultInfo(f)
+			j.Fault = &fi
+		}
+		return nil
+	})
+}
+
+// DecodeUTF8 decodes b as UTF-8, replacing each invalid byte with U+FFFD
+// (Python's errors="replace"; strings.ToValidUTF8 would collapse runs).
+func DecodeUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	out := make([]rune, 0, len(b))
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		out = append(out, r) // RuneError for an invalid byte, size 1
+		b = b[size:]
+	}
+	return string(out)
+}

@@ -1,0 +1,534 @@
+// Package manager is the sandbox manager: sandbox lifecycle over a runtime,
+// exec jobs serialised per sandbox, files and patches through the agent,
+// TTL/heartbeat cleanup and reconciliation. It knows nothing of HTTP.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/runtime"
+	"github.com/orchard/orchard/store"
+)
+
+// Agent is what the manager needs from a sandbox's agent.
+type Agent interface {
+	Exec(ctx context.Context, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error)
+	Upload(ctx context.Context, req api.UploadRequest) (api.UploadResult, error)
+	Download(ctx context.Context, path string) (api.FileContent, error)
+	List(ctx context.Context, path string) (api.FileList, error)
+	Patch(ctx context.Context, req api.AgentPatchRequest) (api.AgentPatchResult, error)
+}
+
+// Config holds the manager's settings; zero values take the defaults of
+// ORCHARD_COMPAT §8.
+type Config struct {
+	Namespace               string        // SANDBOX_NAMESPACE
+	DefaultImage            string        // used when a create names no image (never by the SDK)
+	DefaultCPU              string        // DEFAULT_CPU
+	DefaultMemory           string        // DEFAULT_MEMORY
+	DefaultTimeoutSeconds   int           // DEFAULT_TIMEOUT_SECONDS (exec)
+	WorkingDir              string        // DEFAULT_WORKING_DIR
+	SandboxTTL              time.Duration // SANDBOX_TTL_HOURS: hard cap on age
+	PendingTimeoutBuffer    time.Duration // PENDING_TIMEOUT_BUFFER_SECONDS
+	HeartbeatTimeout        time.Duration // HEARTBEAT_TIMEOUT_SECONDS
+	HeartbeatCleanupEnabled bool
+	OrphanJobTTL            time.Duration // ORPHAN_JOB_TTL_HOURS
+	CleanupInterval         time.Duration // CLEANUP_INTERVAL_SECONDS
+	AgentReadyWait          time.Duration // AGENT_READY_WAIT_SECONDS
+	ExecConnectRetryWindow  time.Duration // EXEC_CONNECT_RETRY_WINDOW
+	MaxConcurrentCreates    int           // MAX_CONCURRENT_CREATES
+	MaxOutputBytes          int64         // per stream, per job
+	// DisableEgress makes block_network:false creates fail with 501 until
+	// a runtime offers egress.
+	DisableEgress bool
+}
+
+func (c *Config) setDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Namespace, "sandbox-pods")
+	def(&c.DefaultImage, "host")
+	def(&c.DefaultCPU, "4")
+	def(&c.DefaultMemory, "16Gi")
+	def(&c.WorkingDir, "/workspace")
+	dur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	dur(&c.SandboxTTL, 2*time.Hour)
+	dur(&c.PendingTimeoutBuffer, 600*time.Second)
+	dur(&c.HeartbeatTimeout, 180*time.Second)
+	dur(&c.OrphanJobTTL, time.Hour)
+	dur(&c.CleanupInterval, 300*time.Second)
+	dur(&c.AgentReadyWait, 15*time.Second)
+	dur(&c.ExecConnectRetryWindow, 45*time.Second)
+	if c.DefaultTimeoutSeconds == 0 {
+		c.DefaultTimeoutSeconds = 300
+	}
+	if c.MaxConcurrentCreates == 0 {
+		c.MaxConcurrentCreates = 64
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = 64 << 20
+	}
+}
+
+// Manager owns sandbox lifecycles.
+type Manager struct {
+	cfg     Config
+	rt      runtime.Runtime
+	st      store.Store
+	dial    func(addr string) Agent
+	log     *slog.Logger
+	creates chan struct{} // semaphore bounding concurrent runtime creates
+
+	mu       sync.Mutex // guards locks, creating, jobs, agents
+	locks    map[string]*sandboxLock
+	creating map[string]context.CancelCauseFunc
+	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
+	agents   map[string]Agent                              // agent address → client (pooled connections)
+
+	bg       sync.WaitGroup // background work: creates, deletes, jobs
+	stopping chan struct{}
+	stopOnce sync.Once
+	now      func() time.Time
+}
+
+// New returns a manager. dial returns an agent client for an address.
+func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) Agent, log *slog.Logger) *Manager {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Manager{
+		cfg: cfg, rt: rt, st: st, dial: dial, log: log,
+		creates:  make(chan struct{}, cfg.MaxConcurrentCreates),
+		locks:    map[string]*sandboxLock{},
+		creating: map[string]context.CancelCauseFunc{},
+		jobs:     map[string]map[string]context.CancelCauseFunc{},
+		agents:   map[string]Agent{},
+		stopping: make(chan struct{}),
+		now:      time.Now,
+	}
+}
+
+// Config returns the effective configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+func (m *Manager) unix() float64 { return float64(m.now().UnixNano()) / 1e9 }
+
+// errShutdown is the cause given to work cut short by Shutdown.
+var errShutdown = faults.New(faults.CodeShuttingDown, faults.Unavailable, faults.Platform, "server is shutting down")
+
+var idPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidID reports whether id can name a sandbox: a DNS-1123 label, as a pod
+// name needs (Orchard fails such creates later with a 500).
+func ValidID(id string) bool { return len(id) <= 63 && idPattern.MatchString(id) }
+
+// CreateParams is a validated create request.
+type CreateParams struct {
+	ID           string // empty = generated
+	Kind         string
+	Image        string
+	BlockNetwork bool
+	CPU          string
+	Memory       string
+	Timeout      int // readiness timeout, seconds
+	Env          map[string]string
+	Labels       map[string]string
+	TTLSeconds   int
+}
+
+// Create stores a pending record and starts the sandbox in the background.
+func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, error) {
+	if p.Kind == "" {
+		p.Kind = api.KindShell
+	}
+	if p.Kind != api.KindShell {
+		return store.Sandbox{}, faults.Newf(faults.CodeKindUnsupported, faults.NotImplemented, faults.Client,
+			"sandbox kind %q is not available on this server yet", p.Kind)
+	}
+	if !p.BlockNetwork && m.cfg.DisableEgress {
+		return store.Sandbox{}, faults.New(faults.CodeNetworkEgressOff, faults.NotImplemented, faults.Client,
+			"block_network=false needs sandbox egress, which this server does not offer yet; create with block_network=true")
+	}
+	if p.Image == "" {
+		p.Image = m.cfg.DefaultImage
+	}
+	if p.CPU == "" {
+		p.CPU = m.cfg.DefaultCPU
+	}
+	if p.Memory == "" {
+		p.Memory = m.cfg.DefaultMemory
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = 3600
+	}
+	cpu, err := ParseCPU(p.CPU)
+	if err != nil {
+		return store.Sandbox{}, faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "invalid cpu: "+err.Error())
+	}
+	mem, err := ParseMemory(p.Memory)
+	if err != nil {
+		return store.Sandbox{}, faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "invalid memory: "+err.Error())
+	}
+	generated := p.ID == ""
+	if generated {
+		p.ID = uuid.NewString()[:8]
+	} else if !ValidID(p.ID) {
+		return store.Sandbox{}, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client,
+			"invalid sandbox_id %q: must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)", p.ID)
+	}
+	select {
+	case <-m.stopping:
+		return store.Sandbox{}, errShutdown
+	default:
+	}
+	rec := store.Sandbox{
+		ID: p.ID, Namespace: m.cfg.Namespace, Kind: p.Kind, Image: p.Image, BlockNetwork: p.BlockNetwork,
+		CPU: p.CPU, Memory: p.Memory, CreatedAt: m.unix(), Status: api.StatusPending,
+		CreationTimeout: p.Timeout, TTLSeconds: p.TTLSeconds, Labels: p.Labels, Env: p.Env,
+	}
+	for attempt := 0; ; attempt++ {
+		err = m.st.CreateSandbox(ctx, rec)
+		if err == nil || !generated || !faults.Is(err, faults.CodeSandboxExists) || attempt > 3 {
+			break
+		}
+		rec.ID = uuid.NewString()[:8]
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	spec := runtime.Spec{
+		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem,
+		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
+		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, TTLSeconds: p.TTLSeconds,
+	}
+	pctx, cancel := context.WithCancelCause(context.Background())
+	cctx, stop := context.WithTimeoutCause(pctx, time.Duration(p.Timeout)*time.Second,
+		faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox, "sandbox did not start within %ds", p.Timeout))
+	cancelAll := func(cause error) { cancel(cause); stop() }
+	m.mu.Lock()
+	m.creating[rec.ID] = cancelAll
+	m.mu.Unlock()
+	m.bg.Add(1)
+	go m.start(cctx, cancelAll, spec)
+	return rec, nil
+}
+
+// start runs the runtime create and records its outcome.
+func (m *Manager) start(ctx context.Context, cancel context.CancelCauseFunc, spec runtime.Spec) {
+	defer m.bg.Done()
+	defer cancel(nil)
+	defer func() {
+		m.mu.Lock()
+		delete(m.creating, spec.ID)
+		m.mu.Unlock()
+	}()
+	log := m.log.With("sandbox_id", spec.ID)
+	inst, err := m.createWithSlot(ctx, spec)
+	if err == nil {
+		_, err = m.st.UpdateSandbox(context.Background(), spec.ID, func(r *store.Sandbox) error {
+			r.Ready, r.Status, r.StatusMessage, r.AgentAddr = true, api.StatusReady, "", inst.AgentAddr
+			return nil
+		})
+		if err != nil { // deleted while starting: nothing may be left behind
+			log.Info("sandbox deleted while starting; removing it")
+			if derr := m.rt.Delete(context.Background(), spec.ID); derr != nil {
+				log.Error("remove sandbox", "err", derr)
+			}
+		}
+	} else {
+		if c := context.Cause(ctx); c != nil && !errors.Is(err, c) {
+			err = fmt.Errorf("%w: %w", c, err)
+		}
+		f := faults.Of(err)
+		log.Warn("sandbox failed to start", "err", err, "code", f.Code, "category", f.Category)
+		_, _ = m.st.UpdateSandbox(context.Background(), spec.ID, func(r *store.Sandbox) error {
+			r.Status, r.StatusMessage = api.StatusFailed, f.Message
+			fi := toFaultInfo(f)
+			r.Fault = &fi
+			return nil
+		})
+	}
+	_ = m.st.Publish(context.Background(), store.SandboxTopic(spec.ID))
+}
+
+func (m *Manager) createWithSlot(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
+	select {
+	case m.creates <- struct{}{}:
+	case <-ctx.Done():
+		return runtime.Instance{}, context.Cause(ctx)
+	}
+	defer func() { <-m.creates }()
+	return m.rt.Create(ctx, spec)
+}
+
+func toFaultInfo(f *faults.Error) api.FaultInfo {
+	return api.FaultInfo{Category: string(f.Category), Source: string(f.Source), Code: f.Code, Message: f.Message, Retryable: f.Retryable}
+}
+
+// Get returns the record with its live status: a ready sandbox whose
+// runtime reports it dead is failed.
+func (m *Manager) Get(ctx context.Context, id string) (store.Sandbox, error) {
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	return m.live(ctx, rec), nil
+}
+
+func (m *Manager) live(ctx context.Context, rec store.Sandbox) store.Sandbox {
+	if rec.Status != api.StatusReady {
+		return rec
+	}
+	inst, err := m.rt.Inspect(ctx, rec.ID)
+	switch {
+	case err != nil && faults.Of(err).Category == faults.NotFound:
+		rec.Status, rec.StatusMessage = api.StatusNotFound, "Pod not found"
+	case err != nil:
+		// The runtime could not tell: report the stored state.
+	case !inst.Alive:
+		rec.Status, rec.StatusMessage = api.StatusFailed, deathMessage(inst.Reason)
+		f := deathFault(inst.Reason)
+		rec.Fault = &f
+	}
+	return rec
+}
+
+func deathMessage(reason string) string {
+	if reason == "" {
+		return "Pod exited"
+	}
+	return "Pod exited: " + reason
+}
+
+func deathFault(reason string) api.FaultInfo {
+	if strings.HasPrefix(reason, "oom") {
+		return toFaultInfo(faults.New(faults.CodeOOM, faults.ActionFailed, faults.Sandbox, "sandbox was killed: out of memory"))
+	}
+	return toFaultInfo(faults.New(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox, deathMessage(reason)))
+}
+
+// List returns all records, live status included, filtered by labels.
+func (m *Manager) List(ctx context.Context, labels map[string]string, kind, status string) ([]store.Sandbox, error) {
+	recs, err := m.st.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+next:
+	for _, r := range recs {
+		for k, v := range labels {
+			if r.Labels[k] != v {
+				continue next
+			}
+		}
+		if kind != "" && r.Kind != kind {
+			continue
+		}
+		r = m.live(ctx, r)
+		if status != "" && r.Status != status {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ErrWaitTimeout is returned by Wait when the sandbox did not become ready in time.
+func errWaitTimeout(id string, timeout int) *faults.Error {
+	return faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox,
+		"Sandbox %s did not become ready within %ds", id, timeout).WithStatus(408)
+}
+
+// Wait blocks until the sandbox is ready, failed or gone, or timeout passes.
+func (m *Manager) Wait(ctx context.Context, id string, timeout int) (store.Sandbox, error) {
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	ev, cancel, err := m.st.Subscribe(ctx, store.SandboxTopic(id))
+	if err != nil {
+		return rec, err
+	}
+	defer cancel()
+	deadline := time.NewTimer(time.Duration(timeout) * time.Second)
+	defer deadline.Stop()
+	for {
+		rec, err = m.st.GetSandbox(ctx, id)
+		if err != nil {
+			if faults.Is(err, faults.CodeSandboxNotFound) {
+				rec.Status, rec.StatusMessage, rec.Ready = api.StatusNotFound, "Pod disappeared", false
+				return rec, nil
+			}
+			return rec, err
+		}
+		rec = m.live(ctx, rec)
+		if rec.Status != api.StatusPending && rec.Status != api.StatusUnschedulable {
+			return rec, nil
+		}
+		select {
+		case <-ev:
+		case <-deadline.C:
+			return rec, errWaitTimeout(id, timeout)
+		case <-ctx.Done():
+			return rec, context.Cause(ctx)
+		case <-m.stopping:
+			return rec, errShutdown
+		}
+	}
+}
+
+// Delete removes the record now and tears the sandbox down in the
+// background. Unknown ids are fine (idempotent, as Orchard).
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	if err := m.st.DeleteSandbox(ctx, id); err != nil {
+		return err
+	}
+	_ = m.st.Publish(ctx, store.SandboxTopic(id))
+	m.mu.Lock()
+	if cancel, ok := m.creating[id]; ok {
+		cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox deleted while starting"))
+	}
+	for _, cancel := range m.jobs[id] {
+		cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox was deleted"))
+	}
+	m.mu.Unlock()
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := m.rt.Delete(dctx, id); err != nil {
+			m.log.Error("delete sandbox", "sandbox_id", id, "err", err)
+		}
+		m.mu.Lock()
+		delete(m.locks, id)
+		m.mu.Unlock()
+	}()
+	return nil
+}
+
+// Heartbeat records a heartbeat, opting the sandbox into heartbeat cleanup.
+func (m *Manager) Heartbeat(ctx context.Context, id string) error {
+	now := m.unix()
+	_, err := m.st.UpdateSandbox(ctx, id, func(r *store.Sandbox) error {
+		r.LastHeartbeat = &now
+		return nil
+	})
+	return err
+}
+
+// agent returns the pooled client for a ready sandbox.
+func (m *Manager) agent(addr string) Agent {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.agents[addr]
+	if !ok {
+		a = m.dial(addr)
+		m.agents[addr] = a
+	}
+	return a
+}
+
+// readyAgent returns the agent of a sandbox whose stored record is ready
+// (the files gate of ORCHARD_COMPAT §3.14: 400 when not ready).
+func (m *Manager) readyAgent(ctx context.Context, id string) (Agent, error) {
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !rec.Ready || rec.AgentAddr == "" {
+		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id).WithStatus(400)
+	}
+	return m.agent(rec.AgentAddr), nil
+}
+
+// Upload writes a file into the sandbox.
+func (m *Manager) Upload(ctx context.Context, id string, req api.UploadRequest) (api.UploadResult, error) {
+	a, err := m.readyAgent(ctx, id)
+	if err != nil {
+		return api.UploadResult{}, err
+	}
+	return a.Upload(ctx, req)
+}
+
+// Download reads a file from the sandbox.
+func (m *Manager) Download(ctx context.Context, id, path string) (api.FileContent, error) {
+	a, err := m.readyAgent(ctx, id)
+	if err != nil {
+		return api.FileContent{}, err
+	}
+	return a.Download(ctx, path)
+}
+
+// ListFiles lists a directory of the sandbox.
+func (m *Manager) ListFiles(ctx context.Context, id, path string) (api.FileList, error) {
+	a, err := m.readyAgent(ctx, id)
+	if err != nil {
+		return api.FileList{}, err
+	}
+	return a.List(ctx, path)
+}
+
+// AgentAddr returns the agent address of a ready sandbox (for the PTY proxy).
+func (m *Manager) AgentAddr(ctx context.Context, id string) (string, error) {
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !rec.Ready || rec.AgentAddr == "" {
+		return "", faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
+	}
+	return rec.AgentAddr, nil
+}
+
+// ApplyPatch applies a unified diff with git apply in the working dir,
+// serialised with the sandbox's jobs.
+func (m *Manager) ApplyPatch(ctx context.Context, id, patch string, timeout int) (api.PatchResult, error) {
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		return api.PatchResult{}, err
+	}
+	if rec.AgentAddr == "" {
+		return api.PatchResult{}, faults.Newf(faults.CodeAgentNotReady, faults.NotFound, faults.Sandbox, "No pod IP available for sandbox %s", id)
+	}
+	if timeout <= 0 {
+		timeout = 30
+	}
+	unlock, err := m.lock(ctx, id)
+	if err != nil {
+		return api.PatchResult{}, err
+	}
+	defer unlock()
+	res, err := m.agent(rec.AgentAddr).Patch(ctx, api.AgentPatchRequest{Patch: patch, TimeoutSeconds: timeout, Dir: m.cfg.WorkingDir})
+	if err != nil {
+		msg := faults.Of(err).Message
+		return api.PatchResult{Success: false, Error: &msg}, nil
+	}
+	code := res.ExitCode
+	return api.PatchResult{Success: code == 0, Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: &code}, nil
+}
+
+// jitter returns d scaled by a random factor in [1, 1.3).
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)*3/10+1))
+}

@@ -1,0 +1,390 @@
+package server
+
+import (
+	"net/http"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store"
+)
+
+// route is one API path: registered with gin and described in the OpenAPI
+// document from the same entry, so the two cannot drift.
+type route struct {
+	method, path string
+	summary      string
+	public       bool // no API key
+	ws           bool // WebSocket upgrade
+	request      any  // body type, nil if none
+	response     any  // 200 body type
+	query        []queryParam
+	handler      handlerFunc
+}
+
+type queryParam struct {
+	name, typ, doc string
+	required       bool
+}
+
+func (s *Server) table() []route {
+	return []route{
+		{method: "GET", path: "/", summary: "Service banner", public: true, response: map[string]string{}, handler: s.root},
+		{method: "GET", path: "/health", summary: "Liveness", public: true, response: map[string]string{}, handler: s.health},
+		{method: "GET", path: "/openapi.json", summary: "This document", public: true, response: map[string]any{}, handler: s.openapi},
+		{method: "GET", path: "/resources", summary: "Host capacity and sandbox usage", response: resources{}, handler: s.resources},
+		{method: "POST", path: "/sandboxes", summary: "Create a sandbox (returns at once, status pending)",
+			request: api.CreateSandboxRequest{}, response: api.CreateSandboxResponse{}, handler: s.createSandbox},
+		{method: "GET", path: "/sandboxes", summary: "List sandboxes",
+			query: []queryParam{{"labels", "string", "comma-separated k=v pairs that must all match", false},
+				{"kind", "string", "shell, browser or desktop", false}, {"status", "string", "sandbox status", false}},
+			response: api.SandboxList{}, handler: s.listSandboxes},
+		{method: "GET", path: "/sandboxes/:id", summary: "Get a sandbox", response: api.Sandbox{}, handler: s.getSandbox},
+		{method: "GET", path: "/sandboxes/:id/wait", summary: "Wait until the sandbox is ready (408 on timeout)",
+			query: []queryParam{{"timeout", "integer", "seconds (default 3600)", false}}, response: api.Sandbox{}, handler: s.waitSandbox},
+		{method: "DELETE", path: "/sandboxes/:id", summary: "Delete a sandbox (idempotent)", response: api.DeleteResponse{}, handler: s.deleteSandbox},
+		{method: "POST", path: "/sandboxes/:id/heartbeat", summary: "Record a heartbeat", response: api.StatusOK{}, handler: s.heartbeat},
+		{method: "POST", path: "/sandboxes/:id/exec", summary: "Run a command as a job",
+			request: api.ExecRequest{}, response: api.Job{}, handler: s.exec},
+		{method: "GET", path: "/sandboxes/:id/exec/pty", summary: "Interactive PTY over WebSocket", ws: true,
+			query: []queryParam{{"api_key", "string", "API key (WebSocket clients cannot set headers)", false}}, handler: s.pty},
+		{method: "POST", path: "/sandboxes/:id/apply_patch", summary: "Apply a unified diff with git apply in /workspace",
+			request: api.PatchRequest{}, response: api.PatchResult{}, handler: s.applyPatch},
+		{method: "POST", path: "/sandboxes/:id/files", summary: "Upload a file (base64)",
+			request: api.UploadRequest{}, response: api.UploadResult{}, handler: s.upload},
+		{method: "GET", path: "/sandboxes/:id/files", summary: "Download a file (base64)",
+			query: []queryParam{{"path", "string", "file path in the sandbox", true}}, response: api.FileContent{}, handler: s.download},
+		{method: "GET", path: "/sandboxes/:id/files/list", summary: "List a directory",
+			query: []queryParam{{"path", "string", "directory (default /workspace)", false}}, response: api.FileList{}, handler: s.listFiles},
+		{method: "GET", path: "/jobs/:job_id", summary: "Get a job", response: api.Job{}, handler: s.getJob},
+		{method: "GET", path: "/jobs/:job_id/wait", summary: "Wait for a job (200 with its state, terminal or not)",
+			query: []queryParam{{"timeout", "integer", "seconds (default 300)", false}}, response: api.Job{}, handler: s.waitJob},
+	}
+}
+
+func (s *Server) root(c *gin.Context) error {
+	c.JSON(http.StatusOK, gin.H{"service": s.cfg.ServiceName, "version": Version, "status": "running"})
+	return nil
+}
+
+func (s *Server) health(c *gin.Context) error {
+	c.JSON(http.StatusOK, gin.H{"status": "healthy"})
+	return nil
+}
+
+func sandboxJSON(r store.Sandbox) api.Sandbox {
+	var exp *float64
+	return api.Sandbox{
+		SandboxID: r.ID, Namespace: r.Namespace, Image: r.Image, PodName: "sandbox-" + r.ID,
+		BlockNetwork: r.BlockNetwork, CPU: r.CPU, Memory: r.Memory, CreatedAt: r.CreatedAt,
+		Ready: r.Ready, Status: r.Status, StatusMessage: r.StatusMessage, Kind: r.Kind,
+		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: exp,
+	}
+}
+
+func (s *Server) createSandbox(c *gin.Context) error {
+	raw := body(c)
+	var req api.CreateSandboxRequest
+	if err := decodeJSON(raw, &req); err != nil {
+		return err
+	}
+	if req.Image == "" && !strings.Contains(string(raw), `"image"`) {
+		return errValidation(missingField("body", "image", jsonInput(raw)))
+	}
+	p := manager.CreateParams{Image: req.Image, BlockNetwork: true, Kind: req.Kind, Env: req.Env, Labels: req.Labels}
+	if req.BlockNetwork != nil {
+		p.BlockNetwork = *req.BlockNetwork
+	}
+	if req.SandboxID != nil {
+		p.ID = *req.SandboxID
+	}
+	if req.CPU != nil {
+		p.CPU = *req.CPU
+	}
+	if req.Memory != nil {
+		p.Memory = *req.Memory
+	}
+	if req.Timeout != nil {
+		p.Timeout = *req.Timeout
+	}
+	if req.TTLSeconds != nil {
+		p.TTLSeconds = *req.TTLSeconds
+	}
+	rec, err := s.mgr.Create(c.Request.Context(), p)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, api.CreateSandboxResponse{
+		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
+		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
+	})
+	return nil
+}
+
+func jsonInput(raw []byte) any {
+	var v any
+	_ = jsonUnmarshal(raw, &v)
+	return v
+}
+
+func (s *Server) listSandboxes(c *gin.Context) error {
+	labels := map[string]string{}
+	for _, q := range append(c.QueryArray("labels"), c.QueryArray("label")...) {
+		for _, kv := range strings.Split(q, ",") {
+			if kv == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "label filter %q is not k=v", kv)
+			}
+			labels[k] = v
+		}
+	}
+	recs, err := s.mgr.List(c.Request.Context(), labels, c.Query("kind"), c.Query("status"))
+	if err != nil {
+		return err
+	}
+	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(recs))}
+	for _, r := range recs {
+		out.Sandboxes = append(out.Sandboxes, sandboxJSON(r))
+	}
+	c.JSON(http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getSandbox(c *gin.Context) error {
+	rec, err := s.mgr.Get(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, sandboxJSON(rec))
+	return nil
+}
+
+func (s *Server) waitSandbox(c *gin.Context) error {
+	timeout, err := queryInt(c, "timeout", 3600)
+	if err != nil {
+		return err
+	}
+	rec, err := s.mgr.Wait(c.Request.Context(), c.Param("id"), timeout)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, sandboxJSON(rec))
+	return nil
+}
+
+func (s *Server) deleteSandbox(c *gin.Context) error {
+	id := c.Param("id")
+	if err := s.mgr.Delete(c.Request.Context(), id); err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, api.DeleteResponse{Status: "deleted", SandboxID: id})
+	return nil
+}
+
+func (s *Server) heartbeat(c *gin.Context) error {
+	id := c.Param("id")
+	if err := s.mgr.Heartbeat(c.Request.Context(), id); err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, api.StatusOK{Status: "ok", SandboxID: id})
+	return nil
+}
+
+func (s *Server) exec(c *gin.Context) error {
+	raw := body(c)
+	var req api.ExecRequest
+	if err := decodeJSON(raw, &req); err != nil {
+		return err
+	}
+	if req.Command == nil {
+		return errValidation(missingField("body", "command", jsonInput(raw)))
+	}
+	p := manager.ExecParams{Command: string(*req.Command), Env: req.Env, LoginShell: req.LoginShell, Wait: req.Wait}
+	if req.TimeoutSeconds != nil {
+		p.TimeoutSeconds = *req.TimeoutSeconds
+	}
+	if req.Cwd != nil {
+		p.Cwd = *req.Cwd
+	}
+	job, err := s.mgr.Exec(c.Request.Context(), c.Param("id"), p)
+	if err != nil {
+		return err
+	}
+	if !req.Wait {
+		c.JSON(http.StatusOK, api.ExecQueued{JobID: job.JobID, Status: job.Status})
+		return nil
+	}
+	c.JSON(http.StatusOK, job)
+	return nil
+}
+
+func (s *Server) getJob(c *gin.Context) error {
+	j, err := s.mgr.GetJob(c.Request.Context(), c.Param("job_id"))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, j)
+	return nil
+}
+
+func (s *Server) waitJob(c *gin.Context) error {
+	timeout, err := queryInt(c, "timeout", 300)
+	if err != nil {
+		return err
+	}
+	j, err := s.mgr.WaitJob(c.Request.Context(), c.Param("job_id"), time.Duration(timeout)*time.Second)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, j)
+	return nil
+}
+
+func (s *Server) applyPatch(c *gin.Context) error {
+	raw := body(c)
+	var req api.PatchRequest
+	if err := decodeJSON(raw, &req); err != nil {
+		return err
+	}
+	if req.Patch == nil {
+		return errValidation(missingField("body", "patch", jsonInput(raw)))
+	}
+	timeout := 30
+	if req.TimeoutSeconds != nil {
+		timeout = *req.TimeoutSeconds
+	}
+	res, err := s.mgr.ApplyPatch(c.Request.Context(), c.Param("id"), *req.Patch, timeout)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, res)
+	return nil
+}
+
+func (s *Server) upload(c *gin.Context) error {
+	raw := body(c)
+	var req api.UploadRequest
+	if err := decodeJSON(raw, &req); err != nil {
+		return err
+	}
+	switch {
+	case req.Path == nil:
+		return errValidation(missingField("body", "path", nil))
+	case req.Content == nil:
+		return errValidation(missingField("body", "content", nil))
+	}
+	res, err := s.mgr.Upload(c.Request.Context(), c.Param("id"), req)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, res)
+	return nil
+}
+
+func (s *Server) download(c *gin.Context) error {
+	path, ok := c.GetQuery("path")
+	if !ok {
+		return errValidation(missingField("query", "path", nil))
+	}
+	res, err := s.mgr.Download(c.Request.Context(), c.Param("id"), path)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, res)
+	return nil
+}
+
+func (s *Server) listFiles(c *gin.Context) error {
+	path := c.DefaultQuery("path", s.mgr.Config().WorkingDir)
+	res, err := s.mgr.ListFiles(c.Request.Context(), c.Param("id"), path)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, res)
+	return nil
+}
+
+// resources is the body of GET /resources (ORCHARD_COMPAT §3.3) for one host.
+type resources struct {
+	Status           string        `json:"status"`
+	Nodes            []node        `json:"nodes"`
+	TotalCapacity    quantity      `json:"total_capacity"`
+	TotalAllocatable quantity      `json:"total_allocatable"`
+	TotalRequested   quantity      `json:"total_requested"`
+	Available        quantity      `json:"available"`
+	SandboxPods      []sandboxUsed `json:"sandbox_pods"`
+}
+
+type quantity struct {
+	CPU         float64 `json:"cpu"`
+	MemoryBytes int64   `json:"memory_bytes"`
+}
+
+type node struct {
+	Name        string   `json:"name"`
+	Capacity    quantity `json:"capacity"`
+	Allocatable quantity `json:"allocatable"`
+}
+
+type sandboxUsed struct {
+	Name               string  `json:"name"`
+	Namespace          string  `json:"namespace"`
+	Phase              string  `json:"phase"`
+	CPURequest         float64 `json:"cpu_request"`
+	MemoryRequestBytes int64   `json:"memory_request_bytes"`
+}
+
+func (s *Server) resources(c *gin.Context) error {
+	host, _ := os.Hostname()
+	capQ := quantity{CPU: float64(goruntime.NumCPU()), MemoryBytes: hostMemory()}
+	recs, err := s.mgr.List(c.Request.Context(), nil, "", "")
+	if err != nil {
+		return err
+	}
+	out := resources{Status: "ok", Nodes: []node{{Name: host, Capacity: capQ, Allocatable: capQ}},
+		TotalCapacity: capQ, TotalAllocatable: capQ, SandboxPods: []sandboxUsed{}}
+	for _, r := range recs {
+		cpu, _ := manager.ParseCPU(r.CPU)
+		mem, _ := manager.ParseMemory(r.Memory)
+		phase := "Pending"
+		switch r.Status {
+		case api.StatusReady:
+			phase = "Running"
+		case api.StatusFailed:
+			phase = "Failed"
+		}
+		out.SandboxPods = append(out.SandboxPods, sandboxUsed{Name: "sandbox-" + r.ID, Namespace: r.Namespace,
+			Phase: phase, CPURequest: cpu, MemoryRequestBytes: mem})
+		if phase != "Failed" {
+			out.TotalRequested.CPU += cpu
+			out.TotalRequested.MemoryBytes += mem
+		}
+	}
+	out.Available = quantity{CPU: max(capQ.CPU-out.TotalRequested.CPU, 0), MemoryBytes: max(capQ.MemoryBytes-out.TotalRequested.MemoryBytes, 0)}
+	c.JSON(http.StatusOK, out)
+	return nil
+}
+
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

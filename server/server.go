@@ -1,0 +1,91 @@
+// Package server is Orchard's HTTP API: gin routes, authentication,
+// request ids, body limits, error rendering, the PTY proxy and the OpenAPI
+// document. Sandbox logic lives in server/manager.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/gorilla/websocket"
+
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/server/manager"
+)
+
+// Version is the service version reported by GET / (Orchard reports 0.1.0).
+const Version = "0.1.0"
+
+// Config holds the HTTP layer's settings.
+type Config struct {
+	ServiceName   string   // SERVICE_NAME
+	APIKeys       []string // API_KEYS
+	RequireAPIKey bool     // REQUIRE_API_KEY
+	// MaxBodyBytes bounds every request body. Uploads travel base64 in
+	// JSON, so this also bounds the largest file (≈ 3/4 of it).
+	MaxBodyBytes int64
+}
+
+// PTYDialer opens the agent side of a PTY session.
+type PTYDialer func(ctx context.Context, agentAddr string) (*websocket.Conn, error)
+
+// Server serves the API.
+type Server struct {
+	cfg    Config
+	mgr    *manager.Manager
+	dial   PTYDialer
+	log    *slog.Logger
+	engine *gin.Engine
+	routes []route
+}
+
+// New builds the server and its routes.
+func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Server {
+	if cfg.ServiceName == "" {
+		cfg.ServiceName = "sandbox-orchestrator"
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 256 << 20
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New()}
+	e := s.engine
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	e.Use(requestID(), s.recovery())
+	e.NoRoute(func(c *gin.Context) {
+		renderError(c, s.log, faults.New(faults.CodeRouteNotFound, faults.NotFound, faults.Client, "Not Found"))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		renderError(c, s.log, faults.New(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "Method Not Allowed").WithStatus(http.StatusMethodNotAllowed))
+	})
+	s.routes = s.table()
+	for _, r := range s.routes {
+		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes)}
+		if !r.public {
+			chain = append(chain, s.auth(r.ws))
+		}
+		chain = append(chain, s.wrap(r.handler))
+		e.Handle(r.method, r.path, chain...)
+	}
+	return s
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// handlerFunc is a handler that returns its error instead of writing it.
+type handlerFunc func(c *gin.Context) error
+
+func (s *Server) wrap(h handlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := h(c); err != nil {
+			renderError(c, s.log, err)
+		}
+	}
+}
