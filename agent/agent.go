@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -326,6 +327,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	if err != nil {
 		return err
 	}
+	if os.Getpid() == 1 {
+		reserveThreads(agentThreads)
+	}
 	var ln net.Listener
 	if *listenFD >= 0 {
 		// The server made the socket on the host and passed it down, so
@@ -360,4 +364,36 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// agentThreads is how many OS threads the agent makes at start. Threads
+// count against the sandbox's pids limit, and the Go runtime dies when it
+// cannot make one it needs — so a fork bomb that exhausts the limit would
+// take the agent down with it. Idle threads are kept and reused, so with
+// these in hand the agent keeps serving (and can kill the bomb) while the
+// limit is exhausted. 32 covers GOMAXPROCS plus the syscalls the agent
+// blocks in at once; they cost 32 of the 1,024 pids a sandbox has.
+const agentThreads = 32
+
+// reserveThreads makes the runtime start n OS threads now: each goroutine
+// locks itself to a thread, so while all are locked each holds its own;
+// unlocked, the threads go idle and stay in the runtime's pool.
+func reserveThreads(n int) {
+	var all, release sync.WaitGroup
+	all.Add(n)
+	release.Add(1)
+	var done sync.WaitGroup
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			goruntime.LockOSThread()
+			all.Done()
+			release.Wait()
+			goruntime.UnlockOSThread()
+		}()
+	}
+	all.Wait()
+	release.Done()
+	done.Wait()
 }

@@ -35,7 +35,7 @@ type testAgent struct {
 
 // startAgent serves an agent whose root is a fresh temporary directory;
 // edit adjusts the config first.
-func startAgent(t *testing.T, edit func(*Config)) *testAgent {
+func startAgent(t testing.TB, edit func(*Config)) *testAgent {
 	t.Helper()
 	cfg := Config{Root: t.TempDir(), Env: os.Environ(), Logger: testLogger}
 	if edit != nil {

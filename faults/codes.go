@@ -78,3 +78,65 @@ const (
 	// CodePTYFailed: an interactive PTY session ended with an error frame.
 	CodePTYFailed = "sandbox.pty_failed"
 )
+
+// Coordination across server replicas.
+const (
+	// CodeLockLost: a lock's lease expired or another holder took it, so a
+	// write conditioned on it was refused.
+	CodeLockLost = "platform.lock_lost"
+)
+
+// Browser sessions: the browser process, its tabs and the protocol.
+const (
+	// CodeBrowserCrashed: the browser process died or its connection broke.
+	CodeBrowserCrashed = "browser.crashed"
+	// CodeBrowserTabCrashed: the renderer of a tab crashed; navigating revives it.
+	CodeBrowserTabCrashed = "browser.tab_crashed"
+	// CodeBrowserTimeout: the browser did not answer a command in time (a hung
+	// renderer, a busy machine).
+	CodeBrowserTimeout = "browser.timeout"
+	// CodeBrowserProtocol: the browser answered a command with an error that
+	// no better class fits.
+	CodeBrowserProtocol = "browser.protocol_error"
+	// CodeBrowserLaunch: the browser could not be started.
+	CodeBrowserLaunch = "browser.launch_failed"
+	// CodeBrowserClosed: the session was closed by its owner.
+	CodeBrowserClosed = "browser.closed"
+)
+
+// Actions an agent asks a browser or desktop to run.
+const (
+	CodeActionInvalid       = "action.invalid"
+	CodeActionNoSuchElement = "action.no_such_element"
+	// CodeActionStaleElement: the element id comes from an older page.
+	CodeActionStaleElement = "action.stale_element"
+	// CodeActionStaleFrame: a strict action named an observation frame that
+	// is no longer the latest one.
+	CodeActionStaleFrame  = "action.stale_frame"
+	CodeActionNoSuchTab   = "action.no_such_tab"
+	CodeActionNoSuchOpt   = "action.no_such_option"
+	CodeActionNoDialog    = "action.no_dialog"
+	CodeActionDialogOpen  = "action.dialog_open"
+	CodeActionNotEditable = "action.not_editable"
+)
+
+// Navigations and the sites they reach. A main-document HTTP error status
+// is CodeSiteHTTPPrefix followed by the status ("site.http_503").
+const (
+	CodeSiteHTTPPrefix        = "site.http_"
+	CodeSiteDNS               = "site.dns"
+	CodeSiteConnectionRefused = "site.connection_refused"
+	CodeSiteConnectionReset   = "site.connection_reset"
+	CodeSiteConnectionClosed  = "site.connection_closed"
+	CodeSiteTLS               = "site.tls"
+	CodeSiteTimeout           = "site.timeout"
+	CodeSiteUnreachable       = "site.unreachable"
+	CodeNetworkOffline        = "network.offline"
+	CodeNetworkProxy          = "network.proxy"
+	CodeNavigationFailed      = "navigation.failed"
+	CodeNavigationAborted     = "navigation.aborted"
+	CodeNavigationBlocked     = "navigation.blocked"
+	CodeNavigationTimeout     = "navigation.timeout"
+	CodeNavigationInvalidURL  = "navigation.invalid_url"
+	CodeNavigationNoHistory   = "navigation.no_history"
+)

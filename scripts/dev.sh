@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 # System packages: git (apply_patch inside host-image sandboxes, go modules),
 # gcc and libc headers (the server links runc's libcontainer with cgo),
 # iproute2 (tests check a sandbox sees only loopback), busybox-static
-# (tests build small OCI images), procps (leak check).
-PACKAGES=(git gcc libc6-dev iproute2 busybox-static procps ca-certificates)
+# (tests build small OCI images), procps (leak check), libseccomp-dev
+# (the server is built with -tags seccomp so libcontainer filters syscalls).
+PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 busybox-static procps ca-certificates)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi
@@ -44,7 +45,7 @@ build() {
   ver=$(git describe --always --dirty 2>/dev/null || echo dev)
   CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/orchard-agent ./cmd/orchard-agent
   cp bin/orchard-agent agentbin/orchard-agent
-  go build -trimpath -tags embedagent -ldflags "-X main.version=$ver" -o bin/orchard ./cmd/orchard
+  go build -trimpath -tags embedagent,seccomp -ldflags "-X main.version=$ver" -o bin/orchard ./cmd/orchard
 }
 
 cmd=${1:-}
@@ -64,10 +65,10 @@ case "$cmd" in
     install_packages
     build
     export ORCHARD_AGENT="$PWD/bin/orchard-agent"
-    go vet ./...
+    go vet -tags seccomp ./...
     unformatted=$(gofmt -l . | grep -v '^agentbin/' || true)
     if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
-    go test -race -count=1 -timeout 25m "$@" ./...
+    go test -race -count=1 -timeout 25m -tags seccomp "$@" ./...
     scripts/leakcheck.sh ;;
   *)
     echo "usage: scripts/dev.sh serve|test|build" >&2

@@ -111,13 +111,20 @@ func (s *Server) auth(ws bool) gin.HandlerFunc {
 				key = p
 			}
 		}
-		if key == "" {
-			renderError(c, s.log, faults.New(faults.CodeUnauthenticated, faults.Unauthenticated, faults.Client,
-				"Missing API key. Please provide X-API-Key header."))
-			return
+		var e *faults.Error
+		switch {
+		case key == "":
+			e = faults.New(faults.CodeUnauthenticated, faults.Unauthenticated, faults.Client,
+				"Missing API key. Please provide X-API-Key header.")
+		case !s.validKey(key):
+			e = faults.New(faults.CodeForbidden, faults.PermissionDenied, faults.Client, "Invalid API key")
 		}
-		if !s.validKey(key) {
-			renderError(c, s.log, faults.New(faults.CodeForbidden, faults.PermissionDenied, faults.Client, "Invalid API key"))
+		if e != nil {
+			if ws {
+				// Orchard refuses WebSocket handshakes with 403 whatever the reason.
+				e.Status = http.StatusForbidden
+			}
+			renderError(c, s.log, e)
 			return
 		}
 		c.Next()

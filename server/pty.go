@@ -34,7 +34,11 @@ var upgrader = websocket.Upgrader{
 func (s *Server) pty(c *gin.Context) error {
 	addr, err := s.mgr.AgentAddr(c.Request.Context(), c.Param("id"))
 	if err != nil {
-		return err
+		// Orchard refuses WebSocket handshakes with 403 whatever the reason;
+		// the error object still tells which.
+		f := faults.Of(err)
+		f.Status = http.StatusForbidden
+		return f
 	}
 	// Echo an api_key.* subprotocol back, as a browser client requires.
 	var hdr http.Header

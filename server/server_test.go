@@ -255,6 +255,7 @@ func TestSandboxLifecycleSDKSequence(t *testing.T) {
 		{"timeout", map[string]any{"command": "echo partial; sleep 30", "timeout_seconds": 1}, "failed", 124, "partial\n",
 			"\nCommand timed out after 1s and was killed", "Command timed out after 1s"},
 		{"login shell", map[string]any{"command": "echo $0", "login_shell": true}, "succeeded", 0, "bash\n", "", nil},
+		{"login shell stderr re-joined", map[string]any{"command": "echo err >&2", "login_shell": true}, "succeeded", 0, "", "err", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,7 +363,8 @@ func TestFilesAndPatch(t *testing.T) {
 	if r.body["detail"] != "Path not found: /nope" {
 		t.Fatalf("missing dir detail: %s", r.raw)
 	}
-	want(t, call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/x", "content": "!!!"}), 400)
+	// Invalid base64 is a 500 in Orchard Env; the error object says why.
+	want(t, call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/x", "content": "!!!"}), 500)
 
 	// apply_patch: -p1 from /workspace with git apply.
 	execWait(t, srv, id, map[string]any{"command": "printf 'one\\ntwo\\n' > /workspace/f.txt"})

@@ -34,6 +34,9 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 		Short: "Serve the Orchard API on this machine (local runtime)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := local.ReexecSealed(); err != nil {
+				return err
+			}
 			if err := loadEnv(&cfg, getenv, cmd.Flags().Changed); err != nil {
 				return err
 			}

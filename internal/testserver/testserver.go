@@ -5,7 +5,9 @@ package testserver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/internal/testenv"
@@ -32,7 +35,24 @@ func Main(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		local.Init()
 	}
-	os.Exit(m.Run())
+	if err := local.ReexecSealed(); err != nil {
+		fmt.Fprintln(os.Stderr, "testserver:", err)
+	}
+	code := m.Run()
+	if code == 0 {
+		// Every server a test started was stopped at its cleanup; what is
+		// still running now leaked. Idle keep-alive connections of test
+		// clients are not the server's.
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // Server is a running test server.

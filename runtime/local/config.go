@@ -151,6 +151,7 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		Rootfs:          rootfs,
 		Hostname:        hostname,
 		NoNewPrivileges: true,
+		Seccomp:         l.seccomp,
 		OomScoreAdj:     oom,
 		Capabilities: &configs.Capabilities{
 			Bounding:  capabilities,

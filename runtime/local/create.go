@@ -38,15 +38,19 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
 	}
-	// One tmpfs per sandbox holds the writable layer, the overlay's work
-	// dir and the agent socket: overlayfs refuses an upper on the lower's
-	// filesystem (the host root), and unmounting it frees everything.
-	if err := unix.Mount("tmpfs", s.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+	// One tmpfs per sandbox holds the writable layer and the overlay's
+	// work dir: overlayfs refuses an upper on the lower's filesystem (the
+	// host root), and the tmpfs's memory is freed with its last mount.
+	fsDir := filepath.Join(s.dir, sandboxFS)
+	if err := os.Mkdir(fsDir, 0o700); err != nil {
+		return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
+	}
+	if err := unix.Mount("tmpfs", fsDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("mode=0700,size=%d", l.cfg.WritableBytes)); err != nil {
 		return runtime.Instance{}, createFailed(id, "mount sandbox tmpfs", err)
 	}
-	upper, work := filepath.Join(s.dir, "upper"), filepath.Join(s.dir, "work")
-	rootfs := filepath.Join(s.dir, "rootfs")
+	upper, work := filepath.Join(fsDir, "upper"), filepath.Join(fsDir, "work")
+	rootfs := filepath.Join(fsDir, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
@@ -139,6 +143,19 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 				fmt.Sprintf("create sandbox %s: agent not ready before the deadline", id))
 		}
 		return runtime.Instance{}, createFailed(id, "agent not healthy", err)
+	}
+
+	// The container holds its own copy of its mounts now. Detaching the
+	// server's copy keeps the server's mount namespace from growing with
+	// every live sandbox: each create copies that namespace, so without
+	// this a create costs more the more sandboxes there are. The tmpfs
+	// lives on in the container and is freed when its last process exits.
+	if err := unix.Unmount(fsDir, unix.MNT_DETACH); err != nil {
+		l.log.Warn("detach sandbox mounts from the server", "sandbox_id", id, "err", err)
+	} else {
+		// libcontainer starts processes joining the container (setns) in
+		// the configured rootfs path: keep an empty directory there.
+		_ = os.Mkdir(rootfs, 0o700)
 	}
 
 	s.mu.Lock()

@@ -1,7 +1,8 @@
 // Package local runs sandboxes as containers on this host, started in-process
 // with runc's libcontainer: pid, mount, net (loopback only), uts, ipc and
 // cgroup namespaces, cgroup limits, runc's default capabilities, masked and
-// read-only /proc paths and no_new_privs. Each sandbox's root is an overlay:
+// read-only /proc paths, no_new_privs and Docker's default seccomp profile
+// (when built with the "seccomp" tag). Each sandbox's root is an overlay:
 // the host's root with tmpfs masks over host-private folders (image "host"),
 // or the cached layers of an OCI image, under a private writable layer on a
 // per-sandbox tmpfs. The agent binary is bind-mounted read-only and runs as
@@ -29,6 +30,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	// Required by libcontainer to enter namespaces in the re-executed init.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 
@@ -134,6 +136,11 @@ type Local struct {
 	// CAP_SYS_RESOURCE, which some hosts' root lacks).
 	protectAgent bool
 	nofile       uint64 // RLIMIT_NOFILE of sandbox processes
+	// seccomp is every sandbox's syscall filter, built once: it depends
+	// only on the host and the capability set, and building it probes the
+	// kernel and libseccomp. Read-only once built. Nil when seccomp is not
+	// compiled in.
+	seccomp *configs.Seccomp
 
 	mu        sync.Mutex // guards sandboxes and closed
 	sandboxes map[string]*sandbox
@@ -164,12 +171,18 @@ func New(cfg Config) (*Local, error) {
 	if !l.protectAgent {
 		l.log.Warn("no CAP_SYS_RESOURCE: agents keep the default OOM score and may be killed with the user's processes")
 	}
+	var err error
+	if l.seccomp, err = sandboxSeccomp(); err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	if !seccompEnabled {
+		l.log.Warn("built without the seccomp build tag: sandboxes run without a syscall filter")
+	}
 	for _, d := range []string{cfg.StateDir, l.ctrRoot, l.boxRoot} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("local runtime: %w", err)
 		}
 	}
-	var err error
 	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), l.log); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
@@ -220,6 +233,10 @@ type meta struct {
 }
 
 const metaFile = "sandbox.json"
+
+// sandboxFS is the per-sandbox tmpfs (writable layer, overlay work dir and
+// the root overlay's mountpoint) inside the sandbox's directory.
+const sandboxFS = "fs"
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 

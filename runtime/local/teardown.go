@@ -84,16 +84,19 @@ func (l *Local) teardown(ctx context.Context, s *sandbox) error {
 		w.stop()
 	}
 
-	rootfs := filepath.Join(s.dir, "rootfs")
+	// A sandbox that started has no mounts left here (see create); one
+	// that failed half-way may.
+	fsDir := filepath.Join(s.dir, sandboxFS)
+	rootfs := filepath.Join(fsDir, "rootfs")
 	if err := unmount(rootfs); err != nil {
 		errs = append(errs, err)
 	}
-	if err := unmount(s.dir); err != nil {
+	if err := unmount(fsDir); err != nil {
 		errs = append(errs, err)
 	}
 	// Never remove through a mount: that would write whiteouts or delete
 	// files on whatever is still mounted.
-	if mounted(rootfs) || mounted(s.dir) {
+	if mounted(rootfs) || mounted(fsDir) {
 		errs = append(errs, fmt.Errorf("sandbox %s still has mounts after unmount", s.id))
 	} else if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)

@@ -172,9 +172,15 @@ func (l *Local) oomKills(id string) (uint64, error) {
 	if cgroups.IsCgroup2UnifiedMode() {
 		return fscommon.GetValueByKey(filepath.Join("/sys/fs/cgroup", l.cgroupPath(id)), "memory.events", "oom_kill")
 	}
-	mnt, err := cgroups.FindCgroupMountpoint("", "memory")
+	mnt, err := memoryMount()
 	if err != nil {
 		return 0, err
 	}
 	return fs.OOMKillCount(filepath.Join(mnt, l.cgroupPath(id)))
 }
+
+// memoryMount is the v1 memory hierarchy's mountpoint, found once: finding
+// it parses /proc/self/mountinfo, and OOMKills runs around every exec.
+var memoryMount = sync.OnceValues(func() (string, error) {
+	return cgroups.FindCgroupMountpoint("", "memory")
+})

@@ -251,8 +251,43 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 			}
 		}
 	}
+	if p.LoginShell {
+		stderr = joinLines(stderr)
+	}
 	m.finishJob(job.JobID, ex, stdout, stderr, err, p.TimeoutSeconds)
 	publish()
+}
+
+// joinLines is Python's "\n".join(s.splitlines()): Orchard Env re-joins a
+// login shell's filtered stderr so, and its clients see the result (no
+// trailing newline; other line breaks become "\n").
+func joinLines(s string) string {
+	var lines []string
+	start := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		brk := 0
+		switch r {
+		case '\n', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+			brk = size
+		case '\r':
+			brk = size
+			if i+1 < len(s) && s[i+1] == '\n' {
+				brk = 2
+			}
+		}
+		if brk > 0 {
+			lines = append(lines, s[start:i])
+			i += brk
+			start = i
+			continue
+		}
+		i += size
+	}
+	if start < len(s) {
+		lines = append(lines, s[start:])
+	}
+	return strings.Join(lines, "\n")
 }
 
 func jobTopic(id string) string { return store.JobTopic(id) }
@@ -356,17 +391,60 @@ func (m *Manager) finishJob(jobID string, exit *api.ExecExit, stdout, stderr str
 	})
 }
 
-// DecodeUTF8 decodes b as UTF-8, replacing each invalid byte with U+FFFD
-// (Python's errors="replace"; strings.ToValidUTF8 would collapse runs).
+// DecodeUTF8 decodes b as UTF-8 the way Python's errors="replace" does:
+// each maximal invalid subpart (a lone bad byte, or the valid start of a
+// truncated sequence) becomes one U+FFFD. strings.ToValidUTF8 would
+// collapse whole runs instead.
 func DecodeUTF8(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)
 	}
-	out := make([]rune, 0, len(b))
+	var sb strings.Builder
+	sb.Grow(len(b) + 8)
 	for len(b) > 0 {
 		r, size := utf8.DecodeRune(b)
-		out = append(out, r) // RuneError for an invalid byte, size 1
+		if r == utf8.RuneError && size == 1 {
+			sb.WriteRune(utf8.RuneError)
+			b = b[maximalSubpart(b):]
+			continue
+		}
+		sb.Write(b[:size])
 		b = b[size:]
 	}
-	return string(out)
+	return sb.String()
+}
+
+// maximalSubpart is the length of the invalid sequence at the start of b
+// (Unicode's "maximal subpart": a lead byte and the continuation bytes that
+// could still have completed it).
+func maximalSubpart(b []byte) int {
+	lo, hi := byte(0x80), byte(0xBF)
+	var need int
+	switch lead := b[0]; {
+	case lead >= 0xC2 && lead <= 0xDF:
+		need = 1
+	case lead == 0xE0:
+		need, lo = 2, 0xA0
+	case lead == 0xED:
+		need, hi = 2, 0x9F
+	case lead >= 0xE1 && lead <= 0xEF:
+		need = 2
+	case lead == 0xF0:
+		need, lo = 3, 0x90
+	case lead == 0xF4:
+		need, hi = 3, 0x8F
+	case lead >= 0xF1 && lead <= 0xF3:
+		need = 3
+	default:
+		return 1
+	}
+	n := 1
+	for i := 1; i <= need && i < len(b); i++ {
+		c := b[i]
+		if i == 1 && (c < lo || c > hi) || i > 1 && (c < 0x80 || c > 0xBF) {
+			break
+		}
+		n++
+	}
+	return n
 }

@@ -1,0 +1,51 @@
+package local
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/opencontainers/runc/libcontainer/exeseal"
+	"golang.org/x/sys/unix"
+)
+
+// ReexecSealed re-executes the current process from a sealed in-memory
+// copy of its own binary, once, unless it already runs from one.
+//
+// libcontainer starts every container's init from the server binary and,
+// so that a container can never overwrite that binary, from a sealed copy
+// of it. When the process already runs from a sealed copy, it uses
+// /proc/self/exe directly; otherwise it makes a copy per create — an
+// overlay mount where the layout allows, else a full copy of the binary
+// (tens of MiB, the main cost of a create). Paying once at start-up makes
+// every create skip it.
+//
+// Call it first thing in the server's main (after the Init check); it
+// returns only on failure.
+func ReexecSealed() error {
+	if exeseal.IsSelfExeCloned() {
+		return nil
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("seal binary: %w", err)
+	}
+	defer self.Close()
+	st, err := self.Stat()
+	if err != nil {
+		return fmt.Errorf("seal binary: %w", err)
+	}
+	sealed, err := exeseal.CloneBinary(self, st.Size(), "orchard-server", os.TempDir())
+	if err != nil {
+		return fmt.Errorf("seal binary: %w", err)
+	}
+	if !exeseal.IsCloned(sealed) {
+		sealed.Close()
+		return fmt.Errorf("seal binary: no sealable memfd on this kernel")
+	}
+	// The descriptor must survive the exec: clear close-on-exec.
+	if _, err := unix.FcntlInt(sealed.Fd(), unix.F_SETFD, 0); err != nil {
+		return fmt.Errorf("seal binary: %w", err)
+	}
+	path := fmt.Sprintf("/proc/self/fd/%d", sealed.Fd())
+	return fmt.Errorf("re-exec sealed binary: %w", unix.Exec(path, os.Args, os.Environ()))
+}
