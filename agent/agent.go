@@ -315,6 +315,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	fs := flag.NewFlagSet("orchard-agent", flag.ContinueOnError)
 	sock := fs.String("socket", DefaultSocket, "unix socket to listen on")
 	listenFD := fs.Int("listen-fd", -1, "serve on this inherited listening socket instead of --socket")
+	threads := fs.Int("reserve-threads", 0, "OS threads to make at start (see reserveThreads)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -327,8 +328,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	if err != nil {
 		return err
 	}
-	if os.Getpid() == 1 {
-		reserveThreads(agentThreads)
+	if *threads > 0 {
+		reserveThreads(*threads)
 	}
 	var ln net.Listener
 	if *listenFD >= 0 {
@@ -366,16 +367,14 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// agentThreads is how many OS threads the agent makes at start. Threads
-// count against the sandbox's pids limit, and the Go runtime dies when it
-// cannot make one it needs — so a fork bomb that exhausts the limit would
-// take the agent down with it. Idle threads are kept and reused, so with
-// these in hand the agent keeps serving (and can kill the bomb) while the
-// limit is exhausted. 32 covers GOMAXPROCS plus the syscalls the agent
-// blocks in at once; they cost 32 of the 1,024 pids a sandbox has.
-const agentThreads = 32
-
-// reserveThreads makes the runtime start n OS threads now: each goroutine
+// reserveThreads makes the runtime start n OS threads now. Threads count
+// against the sandbox's pids limit, and the Go runtime dies when it cannot
+// make one it needs — so a fork bomb that exhausts the limit would take the
+// agent down with it. Idle threads are kept and reused, so with these in
+// hand the agent keeps serving (and can kill the bomb) while the limit is
+// exhausted. The runtime picks n from the sandbox's pids limit.
+//
+// Each goroutine
 // locks itself to a thread, so while all are locked each holds its own;
 // unlocked, the threads go idle and stay in the runtime's pool.
 func reserveThreads(n int) {

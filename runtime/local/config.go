@@ -122,10 +122,7 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		rules = append(rules, &d.Rule)
 	}
 	res := &cgroups.Resources{Devices: rules}
-	pids := spec.PidsLimit
-	if pids <= 0 {
-		pids = l.cfg.DefaultPidsLimit
-	}
+	pids := l.pidsLimit(spec)
 	res.PidsLimit = &pids
 	if spec.MemoryBytes > 0 {
 		res.Memory = spec.MemoryBytes
@@ -225,4 +222,12 @@ func swapAccounting() bool {
 	}
 	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 	return err == nil
+}
+
+// pidsLimit is the sandbox's limit on processes and threads.
+func (l *Local) pidsLimit(spec runtime.Spec) int64 {
+	if spec.PidsLimit > 0 {
+		return spec.PidsLimit
+	}
+	return l.cfg.DefaultPidsLimit
 }

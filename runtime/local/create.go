@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -118,7 +119,7 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	}
 	defer logf.Close()
 	proc := &libcontainer.Process{
-		Args:       []string{agentMount, "--listen-fd", "3"},
+		Args:       []string{agentMount, "--listen-fd", "3", "--reserve-threads", strconv.Itoa(agentThreads(l.pidsLimit(spec)))},
 		ExtraFiles: []*os.File{lnFile},
 		Env:        agentEnv(img, workdir, spec.Env),
 		Cwd:        workdir,
@@ -287,4 +288,11 @@ func logTail(dir string) string {
 		b = b[len(b)-max:]
 	}
 	return "agent log: " + strings.TrimSpace(string(b))
+}
+
+// agentThreads is how many OS threads the agent reserves at start (see
+// agent.reserveThreads): enough for GOMAXPROCS plus the syscalls it blocks
+// in at once, at most an eighth of the sandbox's pids.
+func agentThreads(pidsLimit int64) int {
+	return int(min(32, max(4, pidsLimit/8)))
 }
