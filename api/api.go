@@ -136,6 +136,9 @@ type Job struct {
 	// (timeout, OOM, sandbox died). Absent for ordinary non-zero exits.
 	Fault     *FaultInfo `json:"fault,omitempty"`
 	Truncated bool       `json:"truncated,omitempty"`
+	// TimeoutSeconds is the command's timeout; it bounds how long a job
+	// may stay unfinished before its runner is presumed lost.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }
 
 // Terminal reports whether the job has finished.

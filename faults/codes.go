@@ -140,3 +140,10 @@ const (
 	CodeNavigationInvalidURL  = "navigation.invalid_url"
 	CodeNavigationNoHistory   = "navigation.no_history"
 )
+
+// Jobs.
+const (
+	// CodeJobLost: the server process running a job stopped before the job
+	// finished (a replica died); the command's outcome is unknown.
+	CodeJobLost = "platform.job_lost"
+)

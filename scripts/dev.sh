@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 # gcc and libc headers (the server links runc's libcontainer with cgo),
 # iproute2 (tests check a sandbox sees only loopback), busybox-static
 # (tests build small OCI images), procps (leak check), libseccomp-dev
-# (the server is built with -tags seccomp so libcontainer filters syscalls).
-PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 busybox-static procps ca-certificates)
+# (the server is built with -tags seccomp so libcontainer filters syscalls),
+# redis-server (the Redis store's tests start their own on a free port),
+# chromium (browser sandboxes drive it; the browser package's tests run one)
+# and fonts-dejavu-core (a font for the pages it renders in screenshots).
+PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 busybox-static procps ca-certificates redis-server chromium fonts-dejavu-core)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store/redis"
 )
 
 // httpClient keeps connections alive across benchmark iterations, as the
@@ -231,4 +234,55 @@ func usedMemory() int64 {
 		}
 	}
 	return (total - avail) * 1024
+}
+
+// BenchmarkStores: exec round trip and create with the Redis store against
+// the memory store, interleaved in the same run (goal: Redis ≤ 1.3× memory
+// on the exec p50).
+func BenchmarkStores(b *testing.B) {
+	rs := testenv.StartRedis(b)
+	st, err := redis.New(context.Background(), redis.Config{URL: rs.URL(), Prefix: "bench:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	mem := testserver.Start(b, testserver.Options{})
+	red := testserver.Start(b, testserver.Options{Store: st})
+	ids := map[*testserver.Server]string{}
+	for _, srv := range []*testserver.Server{mem, red} {
+		ids[srv] = createReady(b, srv, map[string]any{"memory": "256Mi"})
+		for range 20 {
+			post(b, srv, "/sandboxes/"+ids[srv]+"/exec", map[string]any{"command": "true", "wait": true})
+		}
+	}
+	lat := map[*testserver.Server][]time.Duration{}
+	create := map[*testserver.Server][]time.Duration{}
+	b.ResetTimer()
+	for i := range b.N {
+		for _, srv := range []*testserver.Server{mem, red} {
+			t0 := time.Now()
+			code, body := post(b, srv, "/sandboxes/"+ids[srv]+"/exec", map[string]any{"command": "true", "wait": true})
+			lat[srv] = append(lat[srv], time.Since(t0))
+			if code != 200 || body["status"] != "succeeded" {
+				b.Fatalf("exec: %d %v", code, body)
+			}
+			if i%10 == 0 {
+				t1 := time.Now()
+				_, cb := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "memory": "128Mi"})
+				id := cb["sandbox_id"].(string)
+				if w := getWait(b, srv, id); w["status"] != "ready" {
+					b.Fatalf("wait: %v", w)
+				}
+				create[srv] = append(create[srv], time.Since(t1))
+				_ = del(srv, id)
+			}
+		}
+	}
+	b.StopTimer()
+	pm, pr := percentile(lat[mem], 0.5), percentile(lat[red], 0.5)
+	b.ReportMetric(ms(pm), "mem_exec_p50_ms")
+	b.ReportMetric(ms(pr), "redis_exec_p50_ms")
+	b.ReportMetric(float64(pr)/float64(pm), "exec_ratio")
+	b.ReportMetric(ms(percentile(create[mem], 0.5)), "mem_create_p50_ms")
+	b.ReportMetric(ms(percentile(create[red], 0.5)), "redis_create_p50_ms")
 }

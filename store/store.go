@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"maps"
+	"time"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
@@ -124,4 +125,148 @@ func ErrJobNotFound(id string) *faults.Error {
 // ErrSandboxExists builds the conflict error for a duplicate id.
 func ErrSandboxExists(id string) *faults.Error {
 	return faults.Newf(faults.CodeSandboxExists, faults.Conflict, faults.Client, "Sandbox %s already exists", id)
+}
+
+// ErrLockLost builds the error for a write or refresh by a holder that no
+// longer holds the lock called name.
+func ErrLockLost(name string) *faults.Error {
+	return faults.Newf(faults.CodeLockLost, faults.Conflict, faults.Platform, "lock %s is no longer held", name)
+}
+
+// Coordination across replicas. A store that several server processes share
+// implements these optional abilities, found by type assertion; the memory
+// store implements them in-process, so code written against them works with
+// one replica too.
+
+// Locker hands out exclusive locks that expire unless refreshed, so a holder
+// that dies cannot block others for longer than ttl.
+type Locker interface {
+	// Lock blocks until the caller holds the lock called name, ctx ends (its
+	// cause is returned) or the store fails. It is woken by the release of
+	// the lock, not by polling; the expiry of an abandoned lock is noticed
+	// within a bounded delay.
+	Lock(ctx context.Context, name string, ttl time.Duration) (Lease, error)
+}
+
+// Lease is a held lock. Once it has expired or been taken by another holder,
+// every method returns a lock_lost fault (ErrLockLost).
+type Lease interface {
+	// Token is the fencing token: greater than the token of every earlier
+	// holder of the same name, so a resource that remembers the highest
+	// token it has seen can refuse a stale holder.
+	Token() int64
+	// Valid returns nil while the lease is held.
+	Valid(ctx context.Context) error
+	// Refresh extends the lease to ttl (the one given to Lock) from now.
+	Refresh(ctx context.Context) error
+	// Unlock releases the lock and wakes its waiters; one of them gets it.
+	Unlock(ctx context.Context) error
+}
+
+// Fenced is a store whose writes can be conditioned on a Lease from the same
+// store: the update is applied only if the lease is still held when it is
+// stored, atomically with the check. A holder that lost its lock (expired
+// while it was paused or partitioned, then taken by another) gets lock_lost
+// and changes nothing.
+type Fenced interface {
+	UpdateSandboxFenced(ctx context.Context, l Lease, id string, fn func(*Sandbox) error) (Sandbox, error)
+	UpdateJobFenced(ctx context.Context, l Lease, id string, fn func(*api.Job) error) (api.Job, error)
+}
+
+// Elector keeps named leases held by one holder at a time, for leader
+// election: one cleanup/reconcile loop among all replicas. Campaign runs the
+// usual loop over it.
+type Elector interface {
+	// TryAcquire makes holder the holder of name for ttl if name is free,
+	// expired, or already holder's (a renewal), and reports whether holder
+	// now holds it. It never blocks on another holder.
+	TryAcquire(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// Release gives name up if holder holds it; otherwise it does nothing.
+	Release(ctx context.Context, name, holder string) error
+}
+
+// Campaign runs lead while holder holds the lease name, until ctx ends. It
+// tries to acquire the lease every ttl/3; once acquired it renews it at the
+// same rate and runs lead with a context that is canceled as soon as a
+// renewal fails or cannot be confirmed before two thirds of ttl have passed
+// since the last successful one — before the lease can expire and another
+// replica take over. When lead's context is canceled Campaign waits for lead
+// to return, then campaigns again. When lead returns by itself the lease is
+// released and Campaign returns nil; when ctx ends it releases the lease and
+// returns ctx's cause.
+func Campaign(ctx context.Context, e Elector, name, holder string, ttl time.Duration, lead func(ctx context.Context)) error {
+	every := max(ttl/3, time.Millisecond)
+	release := func() {
+		// The caller's ctx may be done already: release with a budget of its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+		defer cancel()
+		_ = e.Release(rctx, name, holder)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		// The lease runs from when the store applies the call, which is
+		// after it starts: measuring from the start errs on the safe side.
+		start := time.Now()
+		ok, err := e.TryAcquire(ctx, name, holder, ttl)
+		if ctx.Err() != nil {
+			if ok {
+				release()
+			}
+			return context.Cause(ctx)
+		}
+		if err == nil && ok {
+			if done := leadWhileHeld(ctx, e, name, holder, ttl, start, t, lead); done {
+				release()
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return nil
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// leadWhileHeld runs lead until the lease is lost (false) or lead returns or
+// ctx ends (true).
+func leadWhileHeld(ctx context.Context, e Elector, name, holder string, ttl time.Duration, last time.Time,
+	t *time.Ticker, lead func(context.Context)) bool {
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lead(lctx)
+	}()
+	for {
+		select {
+		case <-done:
+			return true
+		case <-ctx.Done():
+			<-done
+			return true
+		case <-t.C:
+			start := time.Now()
+			rctx, rcancel := context.WithDeadline(ctx, last.Add(ttl*2/3))
+			ok, err := e.TryAcquire(rctx, name, holder, ttl)
+			rcancel()
+			if err == nil && ok {
+				last = start
+				continue
+			}
+			if ctx.Err() != nil {
+				<-done
+				return true
+			}
+			cancel(ErrLockLost(name))
+			<-done
+			return false
+		}
+	}
 }

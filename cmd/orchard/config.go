@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,12 +17,14 @@ import (
 // Config is everything `orchard serve` reads: flags, then Orchard's
 // environment names where they exist (ORCHARD_COMPAT §8), then ours.
 type Config struct {
-	Addr      string // --addr / ORCHARD_ADDR (HOST and PORT also honoured)
-	StateDir  string // --state-dir / ORCHARD_STATE_DIR
-	Store     string // --store / ORCHARD_STORE: memory
-	AgentPath string // ORCHARD_AGENT: the agent binary when not embedded
-	LogLevel  string // LOG_LEVEL
-	LogFormat string // LOG_FORMAT: json | text
+	Addr        string // --addr / ORCHARD_ADDR (HOST and PORT also honoured)
+	StateDir    string // --state-dir / ORCHARD_STATE_DIR
+	Store       string // --store / ORCHARD_STORE: memory | redis (USE_REDIS=true also selects redis)
+	RedisURL    string // REDIS_URL: redis://[user:pass@]host:port[/db], rediss:// for TLS
+	RedisPrefix string // REDIS_PREFIX / ORCHARD_REDIS_PREFIX: key prefix, so several servers can share one Redis
+	AgentPath   string // ORCHARD_AGENT: the agent binary when not embedded
+	LogLevel    string // LOG_LEVEL
+	LogFormat   string // LOG_FORMAT: json | text
 	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
@@ -106,6 +109,14 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 		}
 	}
 	str("ORCHARD_AGENT", &cfg.AgentPath)
+	str("REDIS_URL", &cfg.RedisURL)
+	str("REDIS_PREFIX", &cfg.RedisPrefix)
+	str("ORCHARD_REDIS_PREFIX", &cfg.RedisPrefix)
+	if p := getenv("REDIS_PASSWORD"); p != "" && cfg.RedisURL != "" && !strings.Contains(cfg.RedisURL, "@") {
+		// Orchard deployments pass the password apart from the URL.
+		scheme, rest, _ := strings.Cut(cfg.RedisURL, "://")
+		cfg.RedisURL = scheme + "://:" + url.QueryEscape(p) + "@" + rest
+	}
 	str("LOG_LEVEL", &cfg.LogLevel)
 	str("LOG_FORMAT", &cfg.LogFormat)
 
@@ -160,8 +171,14 @@ func defaultConfig(getenv func(string) string) Config {
 
 // validate checks what the server cannot run without.
 func (c *Config) validate() error {
-	if c.Store != "memory" {
-		return fmt.Errorf("store %q is not available in this build (use memory)", c.Store)
+	switch c.Store {
+	case "memory":
+	case "redis":
+		if c.RedisURL == "" {
+			return fmt.Errorf("store redis needs REDIS_URL (redis://host:6379/0)")
+		}
+	default:
+		return fmt.Errorf("unknown store %q (memory or redis)", c.Store)
 	}
 	if c.StateDir == "" {
 		return fmt.Errorf("state directory is empty")

@@ -24,7 +24,9 @@ import (
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store"
 	"github.com/orchard/orchard/store/memory"
+	"github.com/orchard/orchard/store/redis"
 )
 
 func serveCmd(getenv func(string) string) *cobra.Command {
@@ -49,7 +51,7 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address (env ORCHARD_ADDR, or HOST and PORT)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: sandboxes, image cache, API key (env ORCHARD_STATE_DIR)")
-	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory (env ORCHARD_STORE)")
+	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory, or redis for several replicas (env ORCHARD_STORE, USE_REDIS; REDIS_URL)")
 	return cmd
 }
 
@@ -105,7 +107,11 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 		return fmt.Errorf("local runtime: %w", err)
 	}
 	defer rt.Close()
-	st := memory.New()
+	st, closeStore, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
 	cfg.Manager.DisableEgress = true
 	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
 	if err := mgr.Recover(ctx); err != nil {
@@ -158,4 +164,18 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 func dialPTY(ctx context.Context, addr string) (*websocket.Conn, error) {
 	conn, _, err := agent.NewClient(addr).DialPTY(ctx, nil)
 	return conn, err
+}
+
+// openStore opens the configured store: the only place that names the
+// concrete backends.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, func(), error) {
+	if cfg.Store != "redis" {
+		return memory.New(), func() {}, nil
+	}
+	redis.RouteClientLogs(log)
+	st, err := redis.New(ctx, redis.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis store: %w", err)
+	}
+	return st, func() { _ = st.Close() }, nil
 }

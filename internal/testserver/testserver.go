@@ -22,6 +22,7 @@ import (
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store"
 	"github.com/orchard/orchard/store/memory"
 )
 
@@ -69,8 +70,11 @@ type Server struct {
 type Options struct {
 	Manager manager.Config
 	Server  server.Config
-	// StateDir reuses a state directory (to test restarts); empty = fresh.
+	// StateDir reuses a state directory (to test restarts, or replicas on
+	// one host); empty = fresh.
 	StateDir string
+	// Store is the state store; nil = a fresh memory store.
+	Store store.Store
 }
 
 // Start starts a server and stops it (deleting its sandboxes) at cleanup.
@@ -93,7 +97,11 @@ func Start(t testing.TB, opts Options) *Server {
 	if mc.CleanupInterval == 0 {
 		mc.CleanupInterval = time.Hour
 	}
-	mgr := manager.New(mc, rt, memory.New(), func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
+	st := opts.Store
+	if st == nil {
+		st = memory.New()
+	}
+	mgr := manager.New(mc, rt, st, func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/orchard/orchard/faults"
+
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/store"
 )
@@ -11,14 +13,42 @@ import (
 // Run runs the cleanup loop until ctx ends: TTL,
 // pending-timeout and heartbeat cleanup, old-job reaping and
 // reconciliation every CleanupInterval.
+//
+// When the store coordinates replicas (store.Elector), only the replica
+// holding the "cleanup" lease sweeps, so replicas never race to delete.
 func (m *Manager) Run(ctx context.Context) error {
+	e, ok := m.st.(store.Elector)
+	if !ok {
+		m.sweepLoop(ctx)
+		return nil
+	}
+	for ctx.Err() == nil {
+		err := store.Campaign(ctx, e, "cleanup", m.cfg.ReplicaID, leaderTTL, func(lctx context.Context) {
+			m.log.Info("cleanup: this replica leads", "replica", m.cfg.ReplicaID)
+			m.sweepLoop(lctx)
+		})
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn("cleanup: campaign", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaderTTL / 3):
+			}
+		}
+	}
+	return nil
+}
+
+// leaderTTL bounds how long cleanup pauses when its leader dies.
+const leaderTTL = 30 * time.Second
+
+func (m *Manager) sweepLoop(ctx context.Context) {
 	m.Sweep(ctx)
 	t := time.NewTicker(m.cfg.CleanupInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 			m.Sweep(ctx)
 		}
@@ -62,8 +92,13 @@ func (m *Manager) Sweep(ctx context.Context) {
 
 	if jobs, err := m.st.ListJobs(ctx); err == nil {
 		for _, j := range jobs {
-			if j.Terminal() && now.Sub(unixTime(j.CreatedAt)) > m.cfg.OrphanJobTTL {
+			switch {
+			case j.Terminal() && now.Sub(unixTime(j.CreatedAt)) > m.cfg.OrphanJobTTL:
 				_ = m.st.DeleteJob(ctx, j.JobID)
+			case j.Status == api.JobRunning && j.StartedAt != nil && !m.runsHere(j) &&
+				now.Sub(unixTime(*j.StartedAt)) > time.Duration(j.TimeoutSeconds)*time.Second+2*waitSlack+time.Minute:
+				// Past any bound its runner keeps: the replica running it died.
+				m.failLostJob(ctx, j)
 			}
 		}
 	}
@@ -167,4 +202,30 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	case <-time.After(2 * time.Second):
 	}
 	return context.Cause(ctx)
+}
+
+// runsHere reports whether this replica runs the job.
+func (m *Manager) runsHere(j api.Job) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.jobs[j.SandboxID][j.JobID]
+	return ok
+}
+
+// failLostJob ends a job whose runner is gone, so waiters stop waiting.
+func (m *Manager) failLostJob(ctx context.Context, j api.Job) {
+	f := faults.New(faults.CodeJobLost, faults.Unavailable, faults.Platform, "the server running this job stopped before it finished")
+	now := m.unix()
+	_, err := m.st.UpdateJob(ctx, j.JobID, func(j *api.Job) error {
+		if j.Terminal() {
+			return nil
+		}
+		fi := toFaultInfo(f)
+		j.Status, j.CompletedAt, j.Error, j.Fault = api.JobFailed, &now, &f.Message, &fi
+		return nil
+	})
+	if err == nil {
+		m.log.Warn("cleanup: failed a job whose runner is gone", "job_id", j.JobID, "sandbox_id", j.SandboxID)
+		_ = m.st.Publish(ctx, store.JobTopic(j.JobID))
+	}
 }

@@ -27,7 +27,23 @@ const outputFlushInterval = 250 * time.Millisecond
 // sandboxLock serialises the jobs of one sandbox, FIFO through a channel.
 type sandboxLock struct{ ch chan struct{} }
 
-func (m *Manager) lock(ctx context.Context, id string) (func(), error) {
+// execLockTTL bounds how long a replica that died holding a sandbox's exec
+// lock blocks the sandbox's next job; holders refresh it every third.
+const execLockTTL = 30 * time.Second
+
+// held is the exec lock of one sandbox: the replica-local FIFO (first come,
+// first served within a replica) and, when the store coordinates replicas,
+// the store's lease, which serialises jobs across replicas and fences
+// their writes.
+type held struct {
+	unlock func()
+	lease  store.Lease // nil when the store has no Locker
+}
+
+// lock takes the sandbox's exec lock. When the lease is lost while held
+// (expired during a stall, then taken by another replica), lost is called
+// with the cause.
+func (m *Manager) lock(ctx context.Context, id string, lost func(error)) (held, error) {
 	m.mu.Lock()
 	l, ok := m.locks[id]
 	if !ok {
@@ -37,10 +53,59 @@ func (m *Manager) lock(ctx context.Context, id string) (func(), error) {
 	m.mu.Unlock()
 	select {
 	case l.ch <- struct{}{}:
-		return func() { <-l.ch }, nil
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return held{}, context.Cause(ctx)
 	}
+	local := func() { <-l.ch }
+	locker, ok := m.st.(store.Locker)
+	if !ok {
+		return held{unlock: local}, nil
+	}
+	lease, err := locker.Lock(ctx, "sandbox:"+id, execLockTTL)
+	if err != nil {
+		local()
+		return held{}, err
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // owner: the unlock below stops it
+		defer close(done)
+		t := time.NewTicker(execLockTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				err := lease.Refresh(context.Background())
+				if faults.Is(err, faults.CodeLockLost) {
+					if lost != nil {
+						lost(err)
+					}
+					return
+				}
+				// A store outage: keep trying while the lease may still hold.
+			}
+		}
+	}()
+	unlock := func() {
+		close(stop)
+		<-done
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = lease.Unlock(uctx)
+		local()
+	}
+	return held{unlock: unlock, lease: lease}, nil
+}
+
+// updateJob writes a job, fenced by the exec lease when there is one, so a
+// replica that lost the sandbox's lock cannot overwrite its successor's job.
+func (m *Manager) updateJob(ctx context.Context, h held, id string, fn func(*api.Job) error) (api.Job, error) {
+	if f, ok := m.st.(store.Fenced); ok && h.lease != nil {
+		return f.UpdateJobFenced(ctx, h.lease, id, fn)
+	}
+	return m.st.UpdateJob(ctx, id, fn)
 }
 
 // ExecParams is a validated exec request.
@@ -66,19 +131,14 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 	if p.TimeoutSeconds <= 0 {
 		p.TimeoutSeconds = m.cfg.DefaultTimeoutSeconds
 	}
-	job := api.Job{JobID: uuid.NewString(), SandboxID: id, Command: p.Command, Status: api.JobQueued, CreatedAt: m.unix()}
+	job := api.Job{JobID: uuid.NewString(), SandboxID: id, Command: p.Command, Status: api.JobQueued, CreatedAt: m.unix(),
+		TimeoutSeconds: p.TimeoutSeconds}
 	if err := m.st.CreateJob(ctx, job); err != nil {
 		return api.Job{}, err
 	}
-	var events <-chan struct{}
-	if p.Wait {
-		ev, cancel, err := m.st.Subscribe(ctx, store.JobTopic(job.JobID))
-		if err != nil {
-			return api.Job{}, err
-		}
-		defer cancel()
-		events = ev
-	}
+	// The job runs in this process, so a waiting exec learns its end from
+	// the runner directly rather than through the store's events.
+	done := make(chan api.Job, 1)
 	jctx, cancel := context.WithCancelCause(context.Background())
 	m.mu.Lock()
 	if m.jobs[id] == nil {
@@ -87,11 +147,20 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 	m.jobs[id][job.JobID] = cancel
 	m.mu.Unlock()
 	m.bg.Add(1)
-	go m.runJob(jctx, cancel, rec, job, p)
+	go m.runJob(jctx, cancel, rec, job, p, done)
 	if !p.Wait {
 		return job, nil
 	}
-	return m.awaitJob(ctx, job.JobID, events, time.Duration(p.TimeoutSeconds)*time.Second+waitSlack)
+	t := time.NewTimer(time.Duration(p.TimeoutSeconds)*time.Second + waitSlack)
+	defer t.Stop()
+	select {
+	case j := <-done:
+		return j, nil
+	case <-t.C:
+		return m.st.GetJob(ctx, job.JobID)
+	case <-ctx.Done():
+		return api.Job{}, context.Cause(ctx)
+	}
 }
 
 // awaitAgent is the live readiness gate of exec: wait up to
@@ -181,7 +250,13 @@ func (o *output) snapshot() (stdout, stderr string, dirty bool) {
 	return DecodeUTF8(o.stdout), DecodeUTF8(o.stderr), d
 }
 
-func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, rec store.Sandbox, job api.Job, p ExecParams) {
+// runningMarkDelay is how long a job runs before its "running" state is
+// stored: most commands finish sooner and go from queued to their end in
+// one write, which saves the store round trips of a second write and event
+// on every short exec (it matters with Redis). started_at is exact either way.
+const runningMarkDelay = 50 * time.Millisecond
+
+func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, rec store.Sandbox, job api.Job, p ExecParams, done chan<- api.Job) {
 	defer m.bg.Done()
 	defer cancel(nil)
 	defer func() {
@@ -192,23 +267,29 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 		}
 		m.mu.Unlock()
 	}()
-	store := m.st
 	bg := context.Background()
-	publish := func() { _ = store.Publish(bg, jobTopic(job.JobID)) }
+	publish := func() { _ = m.st.Publish(bg, jobTopic(job.JobID)) }
 
-	unlock, err := m.lock(ctx, rec.ID)
+	h, err := m.lock(ctx, rec.ID, func(err error) { cancel(err) })
 	if err != nil {
-		m.finishJob(job.JobID, nil, "", "", err, p.TimeoutSeconds)
+		done <- m.finishJob(held{}, job.JobID, m.unix(), nil, "", "", err, p.TimeoutSeconds)
 		publish()
 		return
 	}
-	defer unlock()
+	defer h.unlock()
 	started := m.unix()
-	_, _ = store.UpdateJob(bg, job.JobID, func(j *api.Job) error {
-		j.Status, j.StartedAt = api.JobRunning, &started
-		return nil
+	var marking sync.WaitGroup
+	marking.Add(1)
+	markRunning := time.AfterFunc(runningMarkDelay, func() {
+		defer marking.Done()
+		_, _ = m.updateJob(bg, h, job.JobID, func(j *api.Job) error {
+			if !j.Terminal() {
+				j.Status, j.StartedAt = api.JobRunning, &started
+			}
+			return nil
+		})
+		publish()
 	})
-	publish()
 
 	out := &output{}
 	flushDone := make(chan struct{})
@@ -223,7 +304,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 				return
 			case <-t.C:
 				if so, se, dirty := out.snapshot(); dirty {
-					_, _ = store.UpdateJob(bg, job.JobID, func(j *api.Job) error {
+					_, _ = m.updateJob(bg, h, job.JobID, func(j *api.Job) error {
 						j.Stdout, j.Stderr = so, se
 						return nil
 					})
@@ -238,6 +319,10 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 		LoginShell: p.LoginShell, MaxOutputBytes: m.cfg.MaxOutputBytes,
 	}
 	exit, err := m.execWithRetry(ctx, rec, req, out.add)
+	if markRunning.Stop() {
+		marking.Done() // never ran
+	}
+	marking.Wait()
 	close(stopFlush)
 	<-flushDone
 	stdout, stderr, _ := out.snapshot()
@@ -254,7 +339,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 	if p.LoginShell {
 		stderr = joinLines(stderr)
 	}
-	m.finishJob(job.JobID, ex, stdout, stderr, err, p.TimeoutSeconds)
+	done <- m.finishJob(h, job.JobID, started, ex, stdout, stderr, err, p.TimeoutSeconds)
 	publish()
 }
 
@@ -342,12 +427,16 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 }
 
 // finishJob records the terminal state per ORCHARD_COMPAT §3.11 and §4.
-func (m *Manager) finishJob(jobID string, exit *api.ExecExit, stdout, stderr string, err error, timeout int) {
+// It returns the final job (as stored, or as meant to be when the store
+// refused the write).
+func (m *Manager) finishJob(h held, jobID string, started float64, exit *api.ExecExit, stdout, stderr string, err error, timeout int) api.Job {
 	now := m.unix()
-	_, _ = m.st.UpdateJob(context.Background(), jobID, func(j *api.Job) error {
+	var final api.Job
+	stored, uerr := m.updateJob(context.Background(), h, jobID, func(j *api.Job) error {
+		defer func() { final = store.CloneJob(*j) }()
 		j.Stdout, j.Stderr, j.CompletedAt = stdout, stderr, &now
 		if j.StartedAt == nil {
-			j.StartedAt = &now
+			j.StartedAt = &started
 		}
 		j.Status = api.JobFailed
 		if exit != nil {
@@ -389,6 +478,13 @@ func (m *Manager) finishJob(jobID string, exit *api.ExecExit, stdout, stderr str
 		}
 		return nil
 	})
+	if uerr == nil {
+		return stored
+	}
+	if final.JobID == "" { // the store failed before applying the update
+		final = api.Job{JobID: jobID, Status: api.JobFailed, Stdout: stdout, Stderr: stderr, CompletedAt: &now, StartedAt: &started}
+	}
+	return final
 }
 
 // DecodeUTF8 decodes b as UTF-8 the way Python's errors="replace" does:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	goruntime "runtime"
 	"strings"
@@ -54,6 +55,9 @@ type Config struct {
 	// DisableEgress makes block_network:false creates fail with 501 until
 	// a runtime offers egress.
 	DisableEgress bool
+	// ReplicaID names this server process among replicas sharing a store
+	// (leader election); default host-pid-random.
+	ReplicaID string
 }
 
 func (c *Config) setDefaults() {
@@ -90,6 +94,10 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxOutputBytes == 0 {
 		c.MaxOutputBytes = 64 << 20
+	}
+	if c.ReplicaID == "" {
+		host, _ := os.Hostname()
+		c.ReplicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
 	}
 }
 
@@ -537,11 +545,11 @@ func (m *Manager) ApplyPatch(ctx context.Context, id, patch string, timeout int)
 	if timeout <= 0 {
 		timeout = 30
 	}
-	unlock, err := m.lock(ctx, id)
+	h, err := m.lock(ctx, id, nil)
 	if err != nil {
 		return api.PatchResult{}, err
 	}
-	defer unlock()
+	defer h.unlock()
 	res, err := m.agent(rec.AgentAddr).Patch(ctx, api.AgentPatchRequest{Patch: patch, TimeoutSeconds: timeout, Dir: m.cfg.WorkingDir})
 	if err != nil {
 		msg := faults.Of(err).Message

@@ -5,8 +5,10 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/store"
 )
 
@@ -19,11 +21,36 @@ type Store struct {
 
 	subMu sync.Mutex // guards subs
 	subs  map[string]map[*sub]struct{}
+
+	// lockMu guards fence, locks, waiting and leaders. It is taken before
+	// mu when both are needed (fenced updates).
+	lockMu  sync.Mutex
+	fence   int64 // last fencing token handed out, for any name
+	locks   map[string]lockState
+	waiting map[string]chan struct{} // by lock name: closed when it is released
+	leaders map[string]leader
 }
 
 type sub struct{ ch chan struct{} }
 
-var _ store.Store = (*Store)(nil)
+// lockState is the holder of one named lock. One counter for all names
+// keeps tokens monotonic per name without keeping released locks around.
+type lockState struct {
+	holder  int64     // token of the holder
+	expires time.Time // when the holder's lease ends
+}
+
+type leader struct {
+	holder  string
+	expires time.Time
+}
+
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Locker  = (*Store)(nil)
+	_ store.Fenced  = (*Store)(nil)
+	_ store.Elector = (*Store)(nil)
+)
 
 // New returns an empty store.
 func New() *Store {
@@ -31,6 +58,9 @@ func New() *Store {
 		sandboxes: map[string]store.Sandbox{},
 		jobs:      map[string]api.Job{},
 		subs:      map[string]map[*sub]struct{}{},
+		locks:     map[string]lockState{},
+		waiting:   map[string]chan struct{}{},
+		leaders:   map[string]leader{},
 	}
 }
 
@@ -58,6 +88,10 @@ func (m *Store) GetSandbox(ctx context.Context, id string) (store.Sandbox, error
 
 // UpdateSandbox implements store.Store.
 func (m *Store) UpdateSandbox(ctx context.Context, id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
+	return m.updateSandbox(id, fn)
+}
+
+func (m *Store) updateSandbox(id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.sandboxes[id]
@@ -119,6 +153,10 @@ func (m *Store) GetJob(ctx context.Context, id string) (api.Job, error) {
 
 // UpdateJob implements store.Store.
 func (m *Store) UpdateJob(ctx context.Context, id string, fn func(*api.Job) error) (api.Job, error) {
+	return m.updateJob(id, fn)
+}
+
+func (m *Store) updateJob(id string, fn func(*api.Job) error) (api.Job, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	j, ok := m.jobs[id]
@@ -185,6 +223,144 @@ func (m *Store) Publish(ctx context.Context, topic string) error {
 		case s.ch <- struct{}{}:
 		default: // a value is already pending: coalesce
 		}
+	}
+	return nil
+}
+
+// lease is a held lock of a memory Store.
+type lease struct {
+	m     *Store
+	name  string
+	token int64
+	ttl   time.Duration
+}
+
+// Lock implements store.Locker. Waiters are woken by the release of the
+// lock and otherwise sleep until the holder's lease would expire.
+func (m *Store) Lock(ctx context.Context, name string, ttl time.Duration) (store.Lease, error) {
+	for {
+		m.lockMu.Lock()
+		now := time.Now()
+		l, held := m.locks[name]
+		if !held || !now.Before(l.expires) {
+			m.fence++
+			m.locks[name] = lockState{holder: m.fence, expires: now.Add(ttl)}
+			m.lockMu.Unlock()
+			return &lease{m: m, name: name, token: m.fence, ttl: ttl}, nil
+		}
+		released := m.waiting[name]
+		if released == nil {
+			released = make(chan struct{})
+			m.waiting[name] = released
+		}
+		wait := l.expires.Sub(now)
+		m.lockMu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-released:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		}
+		t.Stop()
+	}
+}
+
+// held reports whether l holds its lock. The caller holds lockMu.
+func (l *lease) held() bool {
+	s, ok := l.m.locks[l.name]
+	return ok && s.holder == l.token && time.Now().Before(s.expires)
+}
+
+func (l *lease) Token() int64 { return l.token }
+
+func (l *lease) Valid(ctx context.Context) error {
+	l.m.lockMu.Lock()
+	defer l.m.lockMu.Unlock()
+	if !l.held() {
+		return store.ErrLockLost(l.name)
+	}
+	return nil
+}
+
+func (l *lease) Refresh(ctx context.Context) error {
+	l.m.lockMu.Lock()
+	defer l.m.lockMu.Unlock()
+	if !l.held() {
+		return store.ErrLockLost(l.name)
+	}
+	l.m.locks[l.name] = lockState{holder: l.token, expires: time.Now().Add(l.ttl)}
+	return nil
+}
+
+func (l *lease) Unlock(ctx context.Context) error {
+	l.m.lockMu.Lock()
+	defer l.m.lockMu.Unlock()
+	if !l.held() {
+		return store.ErrLockLost(l.name)
+	}
+	delete(l.m.locks, l.name)
+	if c := l.m.waiting[l.name]; c != nil {
+		close(c)
+		delete(l.m.waiting, l.name)
+	}
+	return nil
+}
+
+// fenced runs update while holding lockMu, if l is a held lease of m.
+func (m *Store) fenced(l store.Lease, update func()) error {
+	ml, ok := l.(*lease)
+	if !ok || ml.m != m {
+		return faults.Newf(faults.CodeInternal, faults.Internal, faults.Platform, "fenced update with a lease of another store (%T)", l)
+	}
+	m.lockMu.Lock()
+	defer m.lockMu.Unlock()
+	if !ml.held() {
+		return store.ErrLockLost(ml.name)
+	}
+	update()
+	return nil
+}
+
+// UpdateSandboxFenced implements store.Fenced.
+func (m *Store) UpdateSandboxFenced(ctx context.Context, l store.Lease, id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
+	var s store.Sandbox
+	var err error
+	if ferr := m.fenced(l, func() { s, err = m.updateSandbox(id, fn) }); ferr != nil {
+		return store.Sandbox{}, ferr
+	}
+	return s, err
+}
+
+// UpdateJobFenced implements store.Fenced.
+func (m *Store) UpdateJobFenced(ctx context.Context, l store.Lease, id string, fn func(*api.Job) error) (api.Job, error) {
+	var j api.Job
+	var err error
+	if ferr := m.fenced(l, func() { j, err = m.updateJob(id, fn) }); ferr != nil {
+		return api.Job{}, ferr
+	}
+	return j, err
+}
+
+// TryAcquire implements store.Elector.
+func (m *Store) TryAcquire(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	m.lockMu.Lock()
+	defer m.lockMu.Unlock()
+	now := time.Now()
+	if cur, ok := m.leaders[name]; ok && cur.holder != holder && now.Before(cur.expires) {
+		return false, nil
+	}
+	m.leaders[name] = leader{holder: holder, expires: now.Add(ttl)}
+	return true, nil
+}
+
+// Release implements store.Elector.
+func (m *Store) Release(ctx context.Context, name, holder string) error {
+	m.lockMu.Lock()
+	defer m.lockMu.Unlock()
+	if m.leaders[name].holder == holder {
+		delete(m.leaders, name)
 	}
 	return nil
 }

@@ -26,6 +26,16 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Jobs", func(t *testing.T) { testJobs(t, newStore(t)) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, newStore(t)) })
 	t.Run("List", func(t *testing.T) { testList(t, newStore(t)) })
+
+	// Optional abilities: a store that has them must honour their contract.
+	t.Run("LockExclusion", func(t *testing.T) { testLockExclusion(t, locker(t, newStore(t))) })
+	t.Run("LockWakesOnUnlock", func(t *testing.T) { testLockWakesOnUnlock(t, locker(t, newStore(t))) })
+	t.Run("LockCanceled", func(t *testing.T) { testLockCanceled(t, locker(t, newStore(t))) })
+	t.Run("LockRefresh", func(t *testing.T) { testLockRefresh(t, locker(t, newStore(t))) })
+	t.Run("Fencing", func(t *testing.T) { testFencing(t, newStore(t)) })
+	t.Run("Elector", func(t *testing.T) { testElector(t, elector(t, newStore(t))) })
+	t.Run("Campaign", func(t *testing.T) { testCampaign(t, elector(t, newStore(t))) })
+	t.Run("CampaignStalled", func(t *testing.T) { testCampaignStalled(t, elector(t, newStore(t))) })
 }
 
 func ctx(t *testing.T) context.Context {

@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/store/redis"
+)
+
+// replicas starts two servers on one host sharing a real redis-server and
+// one state directory, as two `orchard serve --store redis` would.
+func replicas(t *testing.T) (a, b *testserver.Server, rs *testenv.RedisServer) {
+	t.Helper()
+	rs = testenv.StartRedis(t)
+	dir := testserver.StateDir(t)
+	open := func() *redis.Store {
+		st, err := redis.New(context.Background(), redis.Config{URL: rs.URL(), Prefix: "t:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a = testserver.Start(t, testserver.Options{StateDir: dir, Store: open()})
+	b = testserver.Start(t, testserver.Options{StateDir: dir, Store: open()})
+	return a, b, rs
+}
+
+func TestReplicasShareSandboxesAndJobs(t *testing.T) {
+	a, b, _ := replicas(t)
+	r := call(t, a, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "memory": "256Mi"})
+	want(t, r, 200)
+	id := r.body["sandbox_id"].(string)
+	// Readiness reaches the other replica's waiter through pub/sub.
+	w := call(t, b, "GET", "/sandboxes/"+id+"/wait?timeout=60", nil)
+	want(t, w, 200)
+	if w.body["status"] != "ready" {
+		t.Fatalf("wait on the other replica: %s", w.raw)
+	}
+	// Exec on B reaches the agent A started; its job is visible on A.
+	j := execWait(t, b, id, map[string]any{"command": "echo from-b"})
+	if j.Stdout != "from-b\n" {
+		t.Fatalf("exec on replica B: %+v", j)
+	}
+	want(t, call(t, a, "GET", "/jobs/"+j.JobID, nil), 200)
+
+	// A job started on A completes a waiter on B promptly (no polling).
+	q := call(t, a, "POST", "/sandboxes/"+id+"/exec", map[string]any{"command": "sleep 0.3; echo done"})
+	start := time.Now()
+	jw := call(t, b, "GET", "/jobs/"+q.body["job_id"].(string)+"/wait?timeout=30", nil)
+	if jw.body["status"] != "succeeded" || time.Since(start) > 3*time.Second {
+		t.Fatalf("job wait across replicas: %s after %v", jw.raw, time.Since(start))
+	}
+
+	// Jobs of one sandbox stay serialised whichever replica gets them.
+	var wg sync.WaitGroup
+	jobs := make([]map[string]any, 2)
+	for i, srv := range []*testserver.Server{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			jobs[i] = call(t, srv, "POST", "/sandboxes/"+id+"/exec",
+				map[string]any{"command": "sleep 0.4", "wait": true}).body
+		}()
+	}
+	wg.Wait()
+	s0, e0 := jobs[0]["started_at"].(float64), jobs[0]["completed_at"].(float64)
+	s1, e1 := jobs[1]["started_at"].(float64), jobs[1]["completed_at"].(float64)
+	if s0 < e1 && s1 < e0 {
+		t.Fatalf("jobs on two replicas overlapped: [%v,%v] and [%v,%v]", s0, e0, s1, e1)
+	}
+
+	// Delete on B; A sees it gone.
+	want(t, call(t, b, "DELETE", "/sandboxes/"+id, nil), 200)
+	want(t, call(t, a, "GET", "/sandboxes/"+id, nil), 404)
+}
+
+func TestRedisOutageFailsFastAndRecovers(t *testing.T) {
+	a, _, rs := replicas(t)
+	id := createReady(t, a, map[string]any{"memory": "256Mi"})
+	rs.Stop()
+	start := time.Now()
+	r := call(t, a, "GET", "/sandboxes/"+id, nil)
+	if r.status != 503 || time.Since(start) > 5*time.Second {
+		t.Fatalf("with Redis down: %d after %v: %s", r.status, time.Since(start), r.raw)
+	}
+	e, _ := r.body["error"].(map[string]any)
+	if e["code"] != "platform.store_unavailable" || e["retryable"] != true || r.header.Get("Retry-After") == "" {
+		t.Fatalf("outage classification: %s (Retry-After %q)", r.raw, r.header.Get("Retry-After"))
+	}
+	rs.Start()
+	// Redis came back empty (no persistence in the test server): the
+	// replica carries on without a restart.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := call(t, a, "GET", "/health", nil)
+		g := call(t, a, "GET", "/sandboxes", nil)
+		if r.status == 200 && g.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery after Redis returned: %s", g.raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	createReady(t, a, map[string]any{"memory": "256Mi"})
+}
