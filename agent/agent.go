@@ -89,6 +89,9 @@ type Config struct {
 	Version string
 	// Logger receives the agent's logs. Default: discarded.
 	Logger *slog.Logger
+	// BrowserSocket is where a browser sandbox's browser daemon listens.
+	// Default /run/orchard-browser.sock.
+	BrowserSocket string
 }
 
 // withDefaults returns c with defaults filled in, or an error if a field is
@@ -132,7 +135,9 @@ type Server struct {
 	log    *slog.Logger
 	root   *os.Root
 	reaper *reaper
-	mux    *http.ServeMux
+	// browser is the browser daemon of a browser sandbox; nil otherwise.
+	browser *browserProc
+	mux     *http.ServeMux
 
 	// mu guards closing and the Add side of handlers, so that no handler
 	// starts once shutdown waits for them.
@@ -168,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /files/download", s.handleDownload)
 	s.route("GET /files/list", s.handleList)
 	s.route("POST /patch", s.handlePatch)
+	s.route("/browser/", s.handleBrowser)
 	s.route("/", s.handleUnknown)
 	return s, nil
 }
@@ -316,6 +322,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	sock := fs.String("socket", DefaultSocket, "unix socket to listen on")
 	listenFD := fs.Int("listen-fd", -1, "serve on this inherited listening socket instead of --socket")
 	threads := fs.Int("reserve-threads", 0, "OS threads to make at start (see reserveThreads)")
+	kind := fs.String("kind", "shell", "sandbox kind: shell or browser")
+	kindOptions := fs.String("kind-options", "{}", "the kind's settings (JSON)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -330,6 +338,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	}
 	if *threads > 0 {
 		reserveThreads(*threads)
+	}
+	if *kind == "browser" {
+		// The sandbox is ready when its browser is: start it before serving.
+		if s.browser, err = s.startBrowser(ctx, *kindOptions); err != nil {
+			s.Close()
+			return fmt.Errorf("start browser: %w", err)
+		}
 	}
 	var ln net.Listener
 	if *listenFD >= 0 {

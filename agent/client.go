@@ -253,3 +253,13 @@ func (c *Client) DialPTY(ctx context.Context, header http.Header) (*websocket.Co
 	}
 	return nil, resp, unreachable(ctx, "pty", err)
 }
+
+// HTTP returns the agent's base URL and the client's transport, for
+// forwarding requests (a reverse proxy) to the agent.
+func (c *Client) HTTP() (*url.URL, http.RoundTripper) {
+	u, err := url.Parse(c.base)
+	if err != nil || c.badErr != nil {
+		u = &url.URL{Scheme: "http", Host: "invalid"}
+	}
+	return u, c.tr
+}

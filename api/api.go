@@ -34,16 +34,19 @@ const (
 
 // CreateSandboxRequest is the body of POST /sandboxes.
 type CreateSandboxRequest struct {
-	Image        string            `json:"image"`
-	BlockNetwork *bool             `json:"block_network"`
-	SandboxID    *string           `json:"sandbox_id"`
-	CPU          *string           `json:"cpu"`
-	Memory       *string           `json:"memory"`
-	Timeout      *int              `json:"timeout"`
-	Kind         string            `json:"kind,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	TTLSeconds   *int              `json:"ttl_seconds,omitempty"`
+	Image        string  `json:"image"`
+	BlockNetwork *bool   `json:"block_network"`
+	SandboxID    *string `json:"sandbox_id"`
+	CPU          *string `json:"cpu"`
+	Memory       *string `json:"memory"`
+	Timeout      *int    `json:"timeout"`
+	Kind         string  `json:"kind,omitempty"`
+	// Browser configures a browser sandbox (viewport, user_agent, locale,
+	// timezone, headless, auto_accept_dialogs, focus_new_tabs).
+	Browser    json.RawMessage   `json:"browser,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	TTLSeconds *int              `json:"ttl_seconds,omitempty"`
 }
 
 // CreateSandboxResponse is the body POST /sandboxes answers with.
@@ -139,6 +142,8 @@ type Job struct {
 	// TimeoutSeconds is the command's timeout; it bounds how long a job
 	// may stay unfinished before its runner is presumed lost.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Runner names the server replica that runs the job.
+	Runner string `json:"runner,omitempty"`
 }
 
 // Terminal reports whether the job has finished.

@@ -21,6 +21,9 @@ type Spec struct {
 	Labels       map[string]string
 	// The quantities as the user wrote them and the idle lifetime: kept by
 	// the runtime with the sandbox so a restarted server can rebuild its record.
+	// KindOptions are the kind's settings as JSON (the `browser` object of
+	// a create request), handed to the agent as they are.
+	KindOptions    []byte `json:",omitempty"`
 	CPUQuantity    string `json:",omitempty"`
 	MemoryQuantity string `json:",omitempty"`
 	TTLSeconds     int    `json:",omitempty"`

@@ -99,6 +99,13 @@ func (s *Server) createSandbox(c *gin.Context) error {
 		return errValidation(missingField("body", "image", jsonInput(raw)))
 	}
 	p := manager.CreateParams{Image: req.Image, BlockNetwork: true, Kind: req.Kind, Env: req.Env, Labels: req.Labels}
+	if len(req.Browser) > 0 && string(req.Browser) != "null" {
+		if req.Kind != api.KindBrowser {
+			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "browser"},
+				Msg: "browser settings need kind \"browser\"", Input: jsonInput(req.Browser)})
+		}
+		p.KindOptions = req.Browser
+	}
 	if req.BlockNetwork != nil {
 		p.BlockNetwork = *req.BlockNetwork
 	}

@@ -33,12 +33,13 @@ type PTYDialer func(ctx context.Context, agentAddr string) (*websocket.Conn, err
 
 // Server serves the API.
 type Server struct {
-	cfg    Config
-	mgr    *manager.Manager
-	dial   PTYDialer
-	log    *slog.Logger
-	engine *gin.Engine
-	routes []route
+	cfg       Config
+	mgr       *manager.Manager
+	dial      PTYDialer
+	agentHTTP AgentHTTP
+	log       *slog.Logger
+	engine    *gin.Engine
+	routes    []route
 }
 
 // New builds the server and its routes.
@@ -64,7 +65,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	e.NoMethod(func(c *gin.Context) {
 		renderError(c, s.log, faults.New(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "Method Not Allowed").WithStatus(http.StatusMethodNotAllowed))
 	})
-	s.routes = s.table()
+	s.routes = append(s.table(), s.browserRoutes()...)
 	for _, r := range s.routes {
 		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes)}
 		if !r.public {
@@ -75,6 +76,9 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	}
 	return s
 }
+
+// WithAgentHTTP lets the server forward browser paths to agents.
+func (s *Server) WithAgentHTTP(f AgentHTTP) *Server { s.agentHTTP = f; return s }
 
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }

@@ -16,7 +16,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := agent.Main(ctx, os.Args[1:], os.Getenv); err != nil {
+	run := func() error { return agent.Main(ctx, os.Args[1:], os.Getenv) }
+	if len(os.Args) > 1 && os.Args[1] == "browser" {
+		run = func() error { return agent.BrowserMain(ctx, os.Args[2:]) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "orchard-agent:", err)
 		os.Exit(1)
 	}

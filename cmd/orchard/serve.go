@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,11 +114,17 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	defer closeStore()
 	cfg.Manager.DisableEgress = true
-	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
+	cfg.Manager.Browser = true
+	cfg.Manager.AdoptOrphans = cfg.Store == "memory"
+	agents := agent.NewPool(0)
+	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
 	if err := mgr.Recover(ctx); err != nil {
 		log.Warn("recover sandboxes from an earlier run", "err", err)
 	}
-	srv := server.New(cfg.Server, mgr, dialPTY, log)
+	srv := server.New(cfg.Server, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
+		conn, _, err := agents.Client(addr).DialPTY(ctx, nil)
+		return conn, err
+	}, log).WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -159,11 +166,6 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 		return nil
 	})
 	return g.Wait()
-}
-
-func dialPTY(ctx context.Context, addr string) (*websocket.Conn, error) {
-	conn, _, err := agent.NewClient(addr).DialPTY(ctx, nil)
-	return conn, err
 }
 
 // openStore opens the configured store: the only place that names the

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -94,6 +95,8 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	mc := opts.Manager
 	mc.DisableEgress = true
+	mc.Browser = true
+	mc.AdoptOrphans = opts.Store == nil
 	if mc.CleanupInterval == 0 {
 		mc.CleanupInterval = time.Hour
 	}
@@ -101,7 +104,8 @@ func Start(t testing.TB, opts Options) *Server {
 	if st == nil {
 		st = memory.New()
 	}
-	mgr := manager.New(mc, rt, st, func(addr string) manager.Agent { return agent.NewClient(addr) }, log)
+	agents := agent.NewPool(0)
+	mgr := manager.New(mc, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
@@ -111,9 +115,9 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	sc.RequireAPIKey = true
 	srv := server.New(sc, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
-		c, _, err := agent.NewClient(addr).DialPTY(ctx, nil)
+		c, _, err := agents.Client(addr).DialPTY(ctx, nil)
 		return c, err
-	}, log)
+	}, log).WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 	hs := httptest.NewServer(srv.Handler())
 	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs}
 	t.Cleanup(func() { s.Stop(t, true) })

@@ -119,7 +119,7 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	}
 	defer logf.Close()
 	proc := &libcontainer.Process{
-		Args:       []string{agentMount, "--listen-fd", "3", "--reserve-threads", strconv.Itoa(agentThreads(l.pidsLimit(spec)))},
+		Args:       agentArgs(spec, l.pidsLimit(spec)),
 		ExtraFiles: []*os.File{lnFile},
 		Env:        agentEnv(img, workdir, spec.Env),
 		Cwd:        workdir,
@@ -295,4 +295,17 @@ func logTail(dir string) string {
 // in at once, at most an eighth of the sandbox's pids.
 func agentThreads(pidsLimit int64) int {
 	return int(min(32, max(4, pidsLimit/8)))
+}
+
+// agentArgs is the agent's command line: serve on the inherited socket
+// (fd 3), reserve threads, and run the sandbox's kind.
+func agentArgs(spec runtime.Spec, pids int64) []string {
+	args := []string{agentMount, "--listen-fd", "3", "--reserve-threads", strconv.Itoa(agentThreads(pids))}
+	if spec.Kind != "" {
+		args = append(args, "--kind", spec.Kind)
+	}
+	if len(spec.KindOptions) > 0 {
+		args = append(args, "--kind-options", string(spec.KindOptions))
+	}
+	return args
 }

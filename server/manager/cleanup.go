@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/orchard/orchard/faults"
@@ -22,6 +23,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.sweepLoop(ctx)
 		return nil
 	}
+	alive := make(chan struct{})
+	go func() { defer close(alive); m.keepAlive(ctx) }()
+	defer func() { <-alive }()
 	for ctx.Err() == nil {
 		err := store.Campaign(ctx, e, "cleanup", m.cfg.ReplicaID, leaderTTL, func(lctx context.Context) {
 			m.log.Info("cleanup: this replica leads", "replica", m.cfg.ReplicaID)
@@ -58,6 +62,11 @@ func (m *Manager) sweepLoop(ctx context.Context) {
 // Sweep runs one cleanup and reconciliation pass.
 func (m *Manager) Sweep(ctx context.Context) {
 	now := m.now()
+	// Records are stored before their containers are created, so a
+	// container listed before the records has its record among them unless
+	// it is an orphan; listing the other way round could take a sandbox
+	// another replica is creating for one.
+	before, listErr := m.rt.List(ctx)
 	recs, err := m.st.ListSandboxes(ctx)
 	if err != nil {
 		m.log.Warn("cleanup: list sandboxes", "err", err)
@@ -95,23 +104,25 @@ func (m *Manager) Sweep(ctx context.Context) {
 			switch {
 			case j.Terminal() && now.Sub(unixTime(j.CreatedAt)) > m.cfg.OrphanJobTTL:
 				_ = m.st.DeleteJob(ctx, j.JobID)
-			case j.Status == api.JobRunning && j.StartedAt != nil && !m.runsHere(j) &&
-				now.Sub(unixTime(*j.StartedAt)) > time.Duration(j.TimeoutSeconds)*time.Second+2*waitSlack+time.Minute:
-				// Past any bound its runner keeps: the replica running it died.
+			case !j.Terminal() && !m.runsHere(j) && m.runnerGone(ctx, j, now):
 				m.failLostJob(ctx, j)
 			}
 		}
 	}
 
-	insts, err := m.rt.List(ctx)
-	if err != nil {
-		m.log.Warn("cleanup: runtime list failed; skipping reconciliation", "err", err)
+	// And a record listed before this second list whose container is
+	// missing from it has really lost its container.
+	after, err := m.rt.List(ctx)
+	if listErr != nil || err != nil {
+		m.log.Warn("cleanup: runtime list failed; skipping reconciliation", "err", errors.Join(listErr, err))
 		return
 	}
-	live := make(map[string]bool, len(insts))
-	for _, inst := range insts {
+	live := make(map[string]bool, len(after))
+	for _, inst := range after {
 		live[inst.ID] = true
-		if _, ok := known[inst.ID]; ok {
+	}
+	for _, inst := range before {
+		if _, ok := known[inst.ID]; ok || !live[inst.ID] {
 			continue
 		}
 		m.mu.Lock()
@@ -144,6 +155,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	for _, inst := range insts {
 		if _, err := m.st.GetSandbox(ctx, inst.ID); err == nil {
+			continue
+		}
+		if !m.cfg.AdoptOrphans {
+			// A store that outlives server processes still has the records
+			// of every sandbox; a container without one is being deleted
+			// or an orphan, which the cleanup leader removes.
 			continue
 		}
 		if !inst.Alive || inst.Spec.ID == "" {
@@ -227,5 +244,59 @@ func (m *Manager) failLostJob(ctx context.Context, j api.Job) {
 	if err == nil {
 		m.log.Warn("cleanup: failed a job whose runner is gone", "job_id", j.JobID, "sandbox_id", j.SandboxID)
 		_ = m.st.Publish(ctx, store.JobTopic(j.JobID))
+	}
+}
+
+// runnerGone reports whether the replica that owns an unfinished job has
+// stopped: its liveness lease lapsed (see keepAlive), or, for a job that
+// names no runner, it is past every bound a live runner keeps.
+func (m *Manager) runnerGone(ctx context.Context, j api.Job, now time.Time) bool {
+	e, ok := m.st.(store.Elector)
+	if j.Runner == "" || !ok {
+		return j.Status == api.JobRunning && j.StartedAt != nil &&
+			now.Sub(unixTime(*j.StartedAt)) > time.Duration(j.TimeoutSeconds)*time.Second+2*waitSlack+time.Minute
+	}
+	if j.Runner == m.cfg.ReplicaID {
+		return false
+	}
+	// The lease is free only if its holder stopped renewing it: take it for
+	// a moment to find out, and give it back.
+	probe := "sweeper:" + m.cfg.ReplicaID
+	free, err := e.TryAcquire(ctx, replicaLease(j.Runner), probe, time.Second)
+	if err != nil || !free {
+		return false
+	}
+	_ = e.Release(ctx, replicaLease(j.Runner), probe)
+	return true
+}
+
+// replicaTTL is how long after a replica dies its unfinished jobs are
+// failed (by the next sweep after that).
+const replicaTTL = 15 * time.Second
+
+func replicaLease(id string) string { return "replica:" + id }
+
+// keepAlive holds this replica's liveness lease until ctx ends, so other
+// replicas can tell its unfinished jobs from lost ones.
+func (m *Manager) keepAlive(ctx context.Context) {
+	e, ok := m.st.(store.Elector)
+	if !ok {
+		return
+	}
+	name := replicaLease(m.cfg.ReplicaID)
+	t := time.NewTicker(replicaTTL / 3)
+	defer t.Stop()
+	for {
+		if _, err := e.TryAcquire(ctx, name, m.cfg.ReplicaID, replicaTTL); err != nil && ctx.Err() == nil {
+			m.log.Warn("liveness lease", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = e.Release(rctx, name, m.cfg.ReplicaID)
+			cancel()
+			return
+		case <-t.C:
+		}
 	}
 }

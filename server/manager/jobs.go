@@ -29,7 +29,7 @@ type sandboxLock struct{ ch chan struct{} }
 
 // execLockTTL bounds how long a replica that died holding a sandbox's exec
 // lock blocks the sandbox's next job; holders refresh it every third.
-const execLockTTL = 30 * time.Second
+const execLockTTL = 10 * time.Second
 
 // held is the exec lock of one sandbox: the replica-local FIFO (first come,
 // first served within a replica) and, when the store coordinates replicas,
@@ -132,7 +132,7 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 		p.TimeoutSeconds = m.cfg.DefaultTimeoutSeconds
 	}
 	job := api.Job{JobID: uuid.NewString(), SandboxID: id, Command: p.Command, Status: api.JobQueued, CreatedAt: m.unix(),
-		TimeoutSeconds: p.TimeoutSeconds}
+		TimeoutSeconds: p.TimeoutSeconds, Runner: m.cfg.ReplicaID}
 	if err := m.st.CreateJob(ctx, job); err != nil {
 		return api.Job{}, err
 	}

@@ -55,6 +55,13 @@ type Config struct {
 	// DisableEgress makes block_network:false creates fail with 501 until
 	// a runtime offers egress.
 	DisableEgress bool
+	// Browser enables kind "browser" sandboxes (the runtime's images have
+	// Chromium and the agent drives it).
+	Browser bool
+	// AdoptOrphans makes Recover adopt live sandboxes that have no record
+	// (their records died with an earlier process's memory store). Leave it
+	// off with a shared store, whose records outlive processes.
+	AdoptOrphans bool
 	// ReplicaID names this server process among replicas sharing a store
 	// (leader election); default host-pid-random.
 	ReplicaID string
@@ -110,11 +117,10 @@ type Manager struct {
 	log     *slog.Logger
 	creates chan struct{} // semaphore bounding concurrent runtime creates
 
-	mu       sync.Mutex // guards locks, creating, jobs, agents
+	mu       sync.Mutex // guards locks, creating, jobs
 	locks    map[string]*sandboxLock
 	creating map[string]context.CancelCauseFunc
 	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
-	agents   map[string]Agent                              // agent address → client (pooled connections)
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
@@ -122,7 +128,8 @@ type Manager struct {
 	now      func() time.Time
 }
 
-// New returns a manager. dial returns an agent client for an address.
+// New returns a manager. dial returns the agent client for an address; it
+// should hand out one pooled client per address (agent.Pool).
 func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) Agent, log *slog.Logger) *Manager {
 	cfg.setDefaults()
 	if log == nil {
@@ -134,7 +141,6 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) 
 		locks:    map[string]*sandboxLock{},
 		creating: map[string]context.CancelCauseFunc{},
 		jobs:     map[string]map[string]context.CancelCauseFunc{},
-		agents:   map[string]Agent{},
 		stopping: make(chan struct{}),
 		now:      time.Now,
 	}
@@ -158,6 +164,7 @@ func ValidID(id string) bool { return len(id) <= 63 && idPattern.MatchString(id)
 type CreateParams struct {
 	ID           string // empty = generated
 	Kind         string
+	KindOptions  []byte // JSON settings of the kind (browser options)
 	Image        string
 	BlockNetwork bool
 	CPU          string
@@ -173,7 +180,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	if p.Kind == "" {
 		p.Kind = api.KindShell
 	}
-	if p.Kind != api.KindShell {
+	if p.Kind != api.KindShell && !(p.Kind == api.KindBrowser && m.cfg.Browser) {
 		return store.Sandbox{}, faults.Newf(faults.CodeKindUnsupported, faults.NotImplemented, faults.Client,
 			"sandbox kind %q is not available on this server yet", p.Kind)
 	}
@@ -231,7 +238,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	spec := runtime.Spec{
 		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem,
 		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
-		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, TTLSeconds: p.TTLSeconds,
+		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
 	cctx, stop := context.WithTimeoutCause(pctx, time.Duration(p.Timeout)*time.Second,
@@ -449,17 +456,8 @@ func (m *Manager) Heartbeat(ctx context.Context, id string) error {
 	return err
 }
 
-// agent returns the pooled client for a ready sandbox.
-func (m *Manager) agent(addr string) Agent {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a, ok := m.agents[addr]
-	if !ok {
-		a = m.dial(addr)
-		m.agents[addr] = a
-	}
-	return a
-}
+// agent returns the client for an agent address; dial is expected to pool.
+func (m *Manager) agent(addr string) Agent { return m.dial(addr) }
 
 // readyAgent returns the agent of a sandbox whose stored record is ready
 // (the files gate of ORCHARD_COMPAT §3.14: 400 when not ready).

@@ -1,0 +1,357 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/orchard/orchard/browser"
+	"github.com/orchard/orchard/faults"
+)
+
+// A browser sandbox's Chromium runs in a child process of the agent, the
+// browser daemon (`orchard-agent browser`), not in the agent itself: the
+// agent reaps every child with wait4(-1) (it is PID 1), which would steal
+// the exit status the browser driver waits for; and a browser that
+// crashes takes only the daemon down, which the agent restarts.
+
+// BrowserOptions are the `browser` settings of a create request.
+type BrowserOptions struct {
+	Viewport          browser.Viewport `json:"viewport"`
+	UserAgent         string           `json:"user_agent,omitempty"`
+	Locale            string           `json:"locale,omitempty"`
+	Timezone          string           `json:"timezone,omitempty"`
+	Headless          *bool            `json:"headless,omitempty"`
+	AutoAcceptDialogs bool             `json:"auto_accept_dialogs,omitempty"`
+	FocusNewTabs      bool             `json:"focus_new_tabs,omitempty"`
+}
+
+func (o BrowserOptions) session(log *slog.Logger) browser.Options {
+	return browser.Options{
+		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
+		Headless: o.Headless, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, Logger: log,
+	}
+}
+
+// BrowserMain is `orchard-agent browser --socket PATH --options JSON`: it
+// launches Chromium and serves the browser paths on the socket until ctx
+// ends or the browser dies (then it exits non-zero so the agent restarts it).
+func BrowserMain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("orchard-agent browser", flag.ContinueOnError)
+	sock := fs.String("socket", "", "unix socket to serve on")
+	optJSON := fs.String("options", "{}", "browser options (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var opts BrowserOptions
+	if err := json.Unmarshal([]byte(*optJSON), &opts); err != nil {
+		return fmt.Errorf("browser options: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "browser")
+	sess, err := browser.Launch(ctx, opts.session(log))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	_ = os.Remove(*sock)
+	ln, err := net.Listen("unix", *sock)
+	if err != nil {
+		return fmt.Errorf("browser daemon: %w", err)
+	}
+	srv := &http.Server{Handler: browserHandler(sess, log), ReadHeaderTimeout: readHeaderTimeout}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = srv.Close()
+			return nil
+		case err := <-errc:
+			return err
+		case <-t.C:
+			if err := sess.Err(); err != nil {
+				_ = srv.Close()
+				return err
+			}
+		}
+	}
+}
+
+// browserHandler serves API.md's browser paths over one session.
+func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	fail := func(w http.ResponseWriter, err error) {
+		f := faults.Of(err)
+		writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
+	}
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if err := sess.Err(); err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "pid": sess.PID()})
+	})
+	mux.HandleFunc("POST /browser/actions", func(w http.ResponseWriter, r *http.Request) {
+		var req browser.Request
+		if err := decodeJSON(w, r, 16<<20, &req); err != nil {
+			fail(w, err)
+			return
+		}
+		res, err := sess.Run(r.Context(), req)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("GET /browser/observation", func(w http.ResponseWriter, r *http.Request) {
+		o, err := observeOptions(r.URL.Query(), "jpeg")
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		obs, err := sess.Observe(r.Context(), o)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, obs)
+	})
+	mux.HandleFunc("GET /browser/screenshot", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if f := q.Get("format"); f != "" {
+			q.Set("screenshot", f)
+		}
+		o, err := observeOptions(q, "png")
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		if o.Screenshot == "none" {
+			fail(w, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "format must be png or jpeg"))
+			return
+		}
+		shot, err := sess.Screenshot(r.Context(), o)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "image/"+shot.Format)
+		w.Header().Set("X-Screenshot-Width", strconv.Itoa(shot.Width))
+		w.Header().Set("X-Screenshot-Height", strconv.Itoa(shot.Height))
+		_, _ = w.Write(shot.Data)
+	})
+	mux.HandleFunc("GET /browser/tabs", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"tabs": sess.Tabs()})
+	})
+	return mux
+}
+
+// observeOptions reads API.md's observation query parameters.
+func observeOptions(q url.Values, defShot string) (browser.ObserveOptions, error) {
+	o := browser.ObserveOptions{Screenshot: q.Get("screenshot")}
+	if o.Screenshot == "" {
+		o.Screenshot = defShot
+	}
+	switch o.Screenshot {
+	case "png", "jpeg", "none":
+	default:
+		return o, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "screenshot must be jpeg, png or none, not %q", o.Screenshot)
+	}
+	ints := map[string]*int{"quality": &o.Quality, "width": &o.Width}
+	for k, dst := range ints {
+		if v := q.Get(k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return o, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s must be a non-negative integer", k)
+			}
+			*dst = n
+		}
+	}
+	bools := map[string]*bool{"full_page": &o.FullPage, "axtree": &o.AXTree, "som": &o.SOM, "text": &o.Text, "marks": &o.Marks}
+	for k, dst := range bools {
+		if v := q.Get(k); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return o, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s must be true or false", k)
+			}
+			*dst = b
+		}
+	}
+	return o, nil
+}
+
+// browserSocket is where the daemon listens, inside the sandbox.
+const browserSocket = "/run/orchard-browser.sock"
+
+// browserProc supervises the browser daemon: started with the sandbox,
+// restarted when it dies, reached over its socket.
+type browserProc struct {
+	s    *Server
+	opts string // BrowserOptions as JSON
+	sock string
+
+	mu       sync.Mutex // guards lastErr, restarts
+	lastErr  error
+	restarts int
+
+	proxy *httputil.ReverseProxy
+}
+
+// browserStartTimeout bounds one start of the daemon (Chromium's cold start
+// is a second or two; a loaded machine can take much longer).
+const browserStartTimeout = 60 * time.Second
+
+func (s *Server) startBrowser(ctx context.Context, opts string) (*browserProc, error) {
+	b := &browserProc{s: s, opts: opts, sock: browserSocket}
+	if s.cfg.BrowserSocket != "" {
+		b.sock = s.cfg.BrowserSocket
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", b.sock)
+	}}
+	b.proxy = &httputil.ReverseProxy{
+		Transport: tr,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "browser"
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			b.mu.Lock()
+			last := b.lastErr
+			b.mu.Unlock()
+			f := faults.Wrap(err, faults.CodeBrowserCrashed, faults.Unavailable, faults.Browser, "the browser is not running; it is being restarted")
+			if last != nil {
+				f.Message += " (" + faults.Of(last).Message + ")"
+			}
+			writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
+		},
+	}
+	c, err := b.spawn()
+	if err != nil {
+		return nil, err
+	}
+	if err := b.awaitReady(ctx, c); err != nil {
+		_ = c.signalGroup(syscall.SIGKILL)
+		return nil, err
+	}
+	go b.supervise(ctx, c)
+	return b, nil
+}
+
+func (b *browserProc) spawn() (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(b.sock+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		logf = nil
+	}
+	var files []*os.File
+	if logf != nil {
+		defer logf.Close()
+		files = []*os.File{nil, logf, logf}
+	}
+	return b.s.reaper.start(func() (*os.Process, error) {
+		return os.StartProcess(exe, []string{exe, "browser", "--socket", b.sock, "--options", b.opts}, &os.ProcAttr{
+			Files: files,
+			Env:   os.Environ(),
+			Sys:   &syscall.SysProcAttr{Setsid: true},
+		})
+	})
+}
+
+// awaitReady waits until the daemon answers /health or dies.
+func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
+	ctx, cancel := context.WithTimeout(ctx, browserStartTimeout)
+	defer cancel()
+	hc := &http.Client{Transport: b.proxy.Transport, Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get("http://browser/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-c.done:
+			code, sig := c.exitCode()
+			return faults.Newf(faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser,
+				"the browser exited while starting (code %d, signal %d; see %s.log)", code, sig, b.sock)
+		case <-ctx.Done():
+			return faults.New(faults.CodeBrowserLaunch, faults.Timeout, faults.Browser, "the browser did not start in time")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// supervise restarts the daemon when it dies, with backoff, until ctx ends.
+func (b *browserProc) supervise(ctx context.Context, c *child) {
+	backoff := 200 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			_ = c.signalGroup(syscall.SIGTERM)
+			select {
+			case <-c.done:
+			case <-time.After(5 * time.Second):
+				_ = c.signalGroup(syscall.SIGKILL)
+			}
+			return
+		case <-c.done:
+		}
+		code, sig := c.exitCode()
+		err := faults.Newf(faults.CodeBrowserCrashed, faults.Unavailable, faults.Browser, "the browser died (code %d, signal %d)", code, sig)
+		b.mu.Lock()
+		b.lastErr, b.restarts = err, b.restarts+1
+		b.mu.Unlock()
+		b.s.log.Warn("browser died; restarting", "code", code, "signal", sig)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			nc, serr := b.spawn()
+			if serr == nil {
+				if serr = b.awaitReady(ctx, nc); serr == nil {
+					c, backoff = nc, 200*time.Millisecond
+					break
+				}
+				_ = nc.signalGroup(syscall.SIGKILL)
+			}
+			b.s.log.Warn("browser restart failed", "err", serr)
+		}
+	}
+}
+
+func (b *browserProc) ServeHTTP(w http.ResponseWriter, r *http.Request) { b.proxy.ServeHTTP(w, r) }
+
+// errNoBrowser answers browser paths in sandboxes of other kinds.
+var errNoBrowser = errors.New("not a browser sandbox")
+
+func (s *Server) handleBrowser(w http.ResponseWriter, r *http.Request) error {
+	if s.browser == nil {
+		return faults.Wrap(errNoBrowser, faults.CodeKindUnsupported, faults.InvalidRequest, faults.Client,
+			"this sandbox has no browser (create it with kind \"browser\")")
+	}
+	s.browser.ServeHTTP(w, r)
+	return nil
+}

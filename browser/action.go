@@ -1,0 +1,399 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/orchard/orchard/faults"
+)
+
+// Action types (the "type" of an Action).
+const (
+	ActNavigate     = "navigate"
+	ActClick        = "click"
+	ActDoubleClick  = "double_click"
+	ActHover        = "hover"
+	ActType         = "type"
+	ActKey          = "key"
+	ActScroll       = "scroll"
+	ActDrag         = "drag"
+	ActSelectOption = "select_option"
+	ActUploadFile   = "upload_file"
+	ActBack         = "back"
+	ActForward      = "forward"
+	ActReload       = "reload"
+	ActNewTab       = "new_tab"
+	ActSwitchTab    = "switch_tab"
+	ActCloseTab     = "close_tab"
+	ActWait         = "wait"
+	ActDialog       = "dialog"
+	ActAnswer       = "answer"
+)
+
+// Action is one step an agent asks for. Type selects the action; the other
+// fields are its arguments (API.md lists which belong to which):
+//
+//	navigate {url}                 click {x,y | element | selector, button, clicks}
+//	double_click, hover {x,y | element | selector}
+//	type {text, element?, selector?, clear?}   key {keys: "Enter" | "Control+a"}
+//	scroll {x?,y?, dx, dy | element}           drag {path: [[x,y],...]}
+//	select_option {element|selector, value}    upload_file {element|selector, path}
+//	back, forward, reload, new_tab {url?}, switch_tab {index}, close_tab {index?}
+//	wait {ms | until: "load"|"networkidle"|"settled"}
+//	dialog {accept, text?}         answer {text}
+//
+// x, y, dx, dy and path are screenshot pixels of the observation named by
+// Frame, or of the tab's latest observation.
+type Action struct {
+	Type string `json:"type"`
+
+	URL      string   `json:"url,omitempty"`
+	X        *float64 `json:"x,omitempty"`
+	Y        *float64 `json:"y,omitempty"`
+	Element  *int     `json:"element,omitempty"`
+	Selector string   `json:"selector,omitempty"`
+	// Button is left (default), right, middle, back or forward.
+	Button string `json:"button,omitempty"`
+	// Clicks is the click count (default 1; double_click makes it 2).
+	Clicks int    `json:"clicks,omitempty"`
+	Text   string `json:"text,omitempty"`
+	Clear  bool   `json:"clear,omitempty"`
+	// Keys is a chord ("Control+a") or chords separated by spaces
+	// ("Tab Tab Enter").
+	Keys  string  `json:"keys,omitempty"`
+	DX    float64 `json:"dx,omitempty"`
+	DY    float64 `json:"dy,omitempty"`
+	Value string  `json:"value,omitempty"`
+	// Points is drag's "path": [[x,y],...].
+	Points [][2]float64 `json:"-"`
+	// File is upload_file's "path": a file inside the sandbox.
+	File  string `json:"-"`
+	Index *int   `json:"index,omitempty"`
+	MS    int    `json:"ms,omitempty"`
+	Until string `json:"until,omitempty"`
+	// Accept answers a dialog (default true).
+	Accept *bool `json:"accept,omitempty"`
+
+	// Frame is the observation frame the coordinates were computed on.
+	Frame *int64 `json:"frame,omitempty"`
+	// Strict refuses the action (action.stale_frame) when Frame is not the
+	// tab's latest observation of the current page.
+	Strict bool `json:"strict,omitempty"`
+}
+
+// actionJSON is Action without its methods, plus "path", whose type
+// depends on the action (points for drag, a file for upload_file).
+type actionJSON struct {
+	*actionAlias
+	Path json.RawMessage `json:"path,omitempty"`
+}
+
+type actionAlias Action
+
+// UnmarshalJSON reads "path" as drag points or as an upload file.
+func (a *Action) UnmarshalJSON(b []byte) error {
+	aux := actionJSON{actionAlias: (*actionAlias)(a)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	if len(aux.Path) == 0 || string(aux.Path) == "null" {
+		return nil
+	}
+	if aux.Path[0] == '"' {
+		return json.Unmarshal(aux.Path, &a.File)
+	}
+	var pts [][]float64
+	if err := json.Unmarshal(aux.Path, &pts); err != nil {
+		return fmt.Errorf("path: want [[x,y],...] or a file path: %w", err)
+	}
+	a.Points = make([][2]float64, len(pts))
+	for i, p := range pts {
+		if len(p) != 2 {
+			return fmt.Errorf("path[%d]: want [x,y]", i)
+		}
+		a.Points[i] = [2]float64{p[0], p[1]}
+	}
+	return nil
+}
+
+// MarshalJSON writes Points or File as "path".
+func (a Action) MarshalJSON() ([]byte, error) {
+	aux := actionJSON{actionAlias: (*actionAlias)(&a)}
+	var err error
+	switch {
+	case a.Points != nil:
+		aux.Path, err = json.Marshal(a.Points)
+	case a.File != "":
+		aux.Path, err = json.Marshal(a.File)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(aux)
+}
+
+// Result is the outcome of one action.
+type Result struct {
+	Type  string       `json:"type"`
+	OK    bool         `json:"ok"`
+	Error *faults.Info `json:"error,omitempty"`
+	// DurationMS is the action's time including its settle wait.
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// Do runs actions in order on the active tab and stops at the first that
+// fails. It returns one Result per action run: all of them, or up to and
+// including the failed one, whose Error says why. A failure on the page
+// (no such element, a site error) leaves the session usable and Do's error
+// nil; Do returns an error only when the session itself can no longer
+// work (browser.crashed, browser.closed) or ctx ended.
+func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
+	results := make([]Result, 0, len(actions))
+	for _, a := range actions {
+		start := time.Now()
+		err := s.do(ctx, a)
+		r := Result{Type: a.Type, OK: err == nil, DurationMS: msSince(start)}
+		if err == nil {
+			results = append(results, r)
+			continue
+		}
+		fe := faults.Of(err)
+		info := fe.Info()
+		r.Error = &info
+		results = append(results, r)
+		if serr := s.Err(); serr != nil {
+			return results, serr
+		}
+		if ctx.Err() != nil {
+			return results, fe
+		}
+		s.log.Debug("action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", err)
+		return results, nil
+	}
+	return results, nil
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
+
+// maxWait bounds a wait action: an agent that asks for longer is better
+// served by observing in between.
+const maxWait = 60 * time.Second
+
+func (s *Session) do(ctx context.Context, a Action) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	if err := validate(a); err != nil {
+		return err
+	}
+	switch a.Type {
+	case ActAnswer:
+		text := a.Text
+		s.mu.Lock()
+		s.answer = &text
+		s.mu.Unlock()
+		return nil
+	case ActNewTab:
+		t, err := s.openTab(ctx)
+		if err != nil {
+			return err
+		}
+		if a.URL == "" {
+			return nil
+		}
+		t.act.Lock()
+		defer t.act.Unlock()
+		return s.navigate(ctx, t, a.URL)
+	case ActSwitchTab:
+		return s.switchTab(ctx, *a.Index)
+	case ActCloseTab:
+		return s.closeTab(ctx, a.Index)
+	case ActWait:
+		if a.Until == "" {
+			d := min(time.Duration(a.MS)*time.Millisecond, maxWait)
+			select {
+			case <-time.After(d):
+				return nil
+			case <-ctx.Done():
+				return faults.Of(context.Cause(ctx))
+			}
+		}
+	}
+
+	t, err := s.activeTab(ctx)
+	if err != nil {
+		return err
+	}
+	t.act.Lock()
+	defer t.act.Unlock()
+
+	if d := t.openDialog(); d != nil && a.Type != ActDialog && a.Type != ActWait {
+		return faults.Newf(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
+			"%s: a %s dialog is open (%q): answer it with the dialog action first", a.Type, d.Type, d.Message)
+	}
+	if t.isCrashed() && a.Type != ActNavigate && a.Type != ActReload && a.Type != ActWait {
+		return faults.New(faults.CodeBrowserTabCrashed, faults.Unavailable, faults.Browser,
+			a.Type+": the tab's renderer crashed; navigate or reload to revive it")
+	}
+	fi, err := s.frameFor(t, a)
+	if err != nil {
+		return err
+	}
+	if a.Type != ActDialog {
+		if err := s.toFront(ctx, t); err != nil {
+			return err
+		}
+	}
+
+	t.mu.Lock()
+	navsBefore := t.navs
+	t.mu.Unlock()
+
+	switch a.Type {
+	case ActNavigate:
+		return s.navigate(ctx, t, a.URL)
+	case ActReload:
+		return s.reload(ctx, t)
+	case ActBack:
+		return s.history(ctx, t, -1)
+	case ActForward:
+		return s.history(ctx, t, +1)
+	case ActWait:
+		return s.waitUntil(ctx, t, a)
+	}
+
+	switch a.Type {
+	case ActClick, ActDoubleClick, ActHover:
+		err = s.click(ctx, t, fi, a)
+	case ActType:
+		err = s.typeText(ctx, t, a)
+	case ActKey:
+		err = s.pressKeys(ctx, t, a.Keys)
+	case ActScroll:
+		err = s.scroll(ctx, t, fi, a)
+	case ActDrag:
+		err = s.drag(ctx, t, fi, a)
+	case ActSelectOption:
+		err = s.selectOption(ctx, t, a)
+	case ActUploadFile:
+		err = s.uploadFile(ctx, t, a)
+	case ActDialog:
+		err = s.answerDialog(ctx, t, a)
+	default:
+		err = errInvalid("unknown action type %q", a.Type)
+	}
+	if err != nil {
+		return err
+	}
+	t.settle(ctx, s.opts.SettleTimeout)
+	// An action that navigated the page (a link, a form) reports the
+	// site's failure, so a step that landed on an error page says so.
+	t.mu.Lock()
+	nav, changed := t.lastNav, t.navs != navsBefore
+	t.mu.Unlock()
+	if changed {
+		if fe := nav.failure(); fe != nil {
+			return fe
+		}
+	}
+	return nil
+}
+
+// validate checks an action's arguments before anything runs.
+func validate(a Action) error {
+	hasXY := a.X != nil && a.Y != nil
+	if (a.X == nil) != (a.Y == nil) {
+		return errInvalid("%s: x and y go together", a.Type)
+	}
+	target := func() error {
+		n := 0
+		if hasXY {
+			n++
+		}
+		if a.Element != nil {
+			n++
+		}
+		if a.Selector != "" {
+			n++
+		}
+		if n != 1 {
+			return errInvalid("%s: give exactly one of x,y or element or selector", a.Type)
+		}
+		return nil
+	}
+	switch a.Type {
+	case ActNavigate:
+		if a.URL == "" {
+			return errInvalid("navigate: url is required")
+		}
+	case ActClick, ActDoubleClick, ActHover:
+		if err := target(); err != nil {
+			return err
+		}
+		switch a.Button {
+		case "", "left", "right", "middle", "back", "forward":
+		default:
+			return errInvalid("%s: unknown button %q", a.Type, a.Button)
+		}
+		if a.Clicks < 0 || a.Clicks > 3 {
+			return errInvalid("%s: clicks must be 1 to 3", a.Type)
+		}
+	case ActType:
+		if hasXY || a.Element != nil && a.Selector != "" {
+			return errInvalid("type: give element or selector (or neither for the focused element)")
+		}
+	case ActKey:
+		if _, err := parseKeys(a.Keys); err != nil {
+			return errInvalid("key: %v", err)
+		}
+	case ActScroll:
+		if a.Element != nil && a.Selector != "" {
+			return errInvalid("scroll: give element or selector, not both")
+		}
+		if (a.Element != nil || a.Selector != "") && hasXY {
+			return errInvalid("scroll: give x,y or an element, not both")
+		}
+	case ActDrag:
+		if len(a.Points) < 2 {
+			return errInvalid("drag: path needs at least two points")
+		}
+	case ActSelectOption:
+		if (a.Element == nil) == (a.Selector == "") {
+			return errInvalid("select_option: give exactly one of element or selector")
+		}
+	case ActUploadFile:
+		if (a.Element == nil) == (a.Selector == "") {
+			return errInvalid("upload_file: give exactly one of element or selector")
+		}
+		if a.File == "" {
+			return errInvalid("upload_file: path is required")
+		}
+	case ActSwitchTab:
+		if a.Index == nil {
+			return errInvalid("switch_tab: index is required")
+		}
+	case ActWait:
+		switch a.Until {
+		case "", "load", "networkidle", "settled":
+		default:
+			return errInvalid("wait: until must be load, networkidle or settled")
+		}
+		if a.MS < 0 {
+			return errInvalid("wait: ms must not be negative")
+		}
+	case ActBack, ActForward, ActReload, ActNewTab, ActCloseTab, ActDialog, ActAnswer:
+	case "":
+		return errInvalid("action type is required")
+	default:
+		return errInvalid("unknown action type %q", a.Type)
+	}
+	return nil
+}
+
+// errStaleFrame is the class of a strict action on an old observation.
+func errStaleFrame(frame, latest int64) *faults.Error {
+	return faults.Newf(faults.CodeActionStaleFrame, faults.Conflict, faults.Policy,
+		"frame %d is stale (latest observation of this page is %d): observe again", frame, latest)
+}

@@ -1,0 +1,333 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	_ "image/jpeg" // screenshot headers
+	_ "image/png"
+	"math"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
+
+	"github.com/orchard/orchard/faults"
+)
+
+// ObserveOptions choose the parts of an observation. The JSON names are
+// the "observe" object of API.md and the query parameters of
+// GET /browser/observation.
+type ObserveOptions struct {
+	// Screenshot is "jpeg" (default), "png" or "none".
+	Screenshot string `json:"screenshot,omitempty"`
+	// Quality is the JPEG quality, 1–100 (default 80).
+	Quality int `json:"quality,omitempty"`
+	// Width downscales the screenshot to this many pixels wide (never up).
+	Width int `json:"width,omitempty"`
+	// FullPage captures the whole document instead of the viewport.
+	FullPage bool `json:"full_page,omitempty"`
+	// AXTree adds the compact accessibility tree as text.
+	AXTree bool `json:"axtree,omitempty"`
+	// SOM adds the interactive elements in view (set-of-marks).
+	SOM bool `json:"som,omitempty"`
+	// Marks draws the set-of-marks boxes and ids on the screenshot
+	// (implies SOM).
+	Marks bool `json:"marks,omitempty"`
+	// Text adds the page's visible text.
+	Text bool `json:"text,omitempty"`
+}
+
+// Observation is what the agent sees of the active tab.
+type Observation struct {
+	// Frame identifies this observation; actions may name it.
+	Frame int64 `json:"frame"`
+	// Scale is screenshot pixels per CSS pixel.
+	Scale    float64       `json:"scale"`
+	URL      string        `json:"url"`
+	Title    string        `json:"title"`
+	Tabs     []Tab         `json:"tabs"`
+	Viewport ViewportState `json:"viewport"`
+	// Screenshot is nil when none was asked for or a dialog blocks it.
+	Screenshot *Screenshot `json:"screenshot,omitempty"`
+	AXTree     string      `json:"axtree,omitempty"`
+	// Elements are the interactive elements in view; ids are valid for
+	// actions until the page changes.
+	Elements  []Element     `json:"elements,omitempty"`
+	Text      string        `json:"text,omitempty"`
+	Dialog    *Dialog       `json:"dialog,omitempty"`
+	Downloads []Download    `json:"downloads"`
+	Timing    ObserveTiming `json:"timing"`
+}
+
+// ViewportState is the viewport and the page under it, in CSS pixels.
+type ViewportState struct {
+	Width      int     `json:"width"`
+	Height     int     `json:"height"`
+	ScrollX    float64 `json:"scroll_x"`
+	ScrollY    float64 `json:"scroll_y"`
+	PageWidth  float64 `json:"page_width"`
+	PageHeight float64 `json:"page_height"`
+}
+
+// Screenshot is an encoded image; Data is base64 in JSON.
+type Screenshot struct {
+	Format string `json:"format"`
+	Data   []byte `json:"data"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+}
+
+// Element is one set-of-marks element. BBox is [x, y, w, h] in screenshot
+// pixels of the observation.
+type Element struct {
+	ID   int        `json:"id"`
+	Role string     `json:"role"`
+	Name string     `json:"name"`
+	BBox [4]float64 `json:"bbox"`
+}
+
+// Dialog is an open JavaScript dialog.
+type Dialog struct {
+	// Type is alert, confirm, prompt or beforeunload.
+	Type          string `json:"type"`
+	Message       string `json:"message"`
+	DefaultPrompt string `json:"default_prompt,omitempty"`
+	URL           string `json:"url,omitempty"`
+}
+
+// ObserveTiming says where an observation's time went, in milliseconds.
+type ObserveTiming struct {
+	TotalMS      float64 `json:"total_ms"`
+	PageMS       float64 `json:"page_ms"`
+	ScreenshotMS float64 `json:"screenshot_ms"`
+	MarksMS      float64 `json:"marks_ms,omitempty"`
+}
+
+// pageState is the page library's observe answer.
+type pageState struct {
+	URL      string  `json:"url"`
+	Title    string  `json:"title"`
+	VW       float64 `json:"vw"`
+	VH       float64 `json:"vh"`
+	SX       float64 `json:"sx"`
+	SY       float64 `json:"sy"`
+	PW       float64 `json:"pw"`
+	PH       float64 `json:"ph"`
+	Elements []Element
+	AX       string `json:"ax"`
+	Text     string `json:"text"`
+}
+
+// Limits of an observation. maxShotPixels: Chromium cannot encode a
+// screenshot taller than 16384 pixels. textMax bounds the visible text so
+// one long page cannot flood a model's context.
+const (
+	maxShotPixels = 16384
+	textMax       = 100_000
+)
+
+func (o ObserveOptions) validate() error {
+	switch o.Screenshot {
+	case "", "jpeg", "png", "none":
+	default:
+		return errInvalid("observe: screenshot must be jpeg, png or none")
+	}
+	if o.Quality < 0 || o.Quality > 100 {
+		return errInvalid("observe: quality must be 1 to 100")
+	}
+	if o.Width < 0 {
+		return errInvalid("observe: width must not be negative")
+	}
+	return nil
+}
+
+// Observe captures the active tab. A tab blocked by a dialog is observed
+// without its page (url, title, tabs and the dialog only), since the page
+// cannot answer until the dialog is closed.
+func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, error) {
+	start := time.Now()
+	if err := o.validate(); err != nil {
+		return Observation{}, err
+	}
+	t, err := s.activeTab(ctx)
+	if err != nil {
+		return Observation{}, err
+	}
+	if t.isCrashed() {
+		return Observation{}, faults.New(faults.CodeBrowserTabCrashed, faults.Unavailable, faults.Browser,
+			"observe: the tab's renderer crashed; navigate or reload to revive it")
+	}
+	if d := t.openDialog(); d != nil {
+		return s.dialogObservation(ctx, t, d, start), nil
+	}
+	if err := s.toFront(ctx, t); err != nil {
+		return Observation{}, err
+	}
+
+	opts := map[string]any{"som": o.SOM || o.Marks, "ax": o.AXTree, "text": o.Text, "full": o.FullPage, "textMax": textMax}
+	js, _ := json.Marshal(opts)
+	var st pageState
+	pageStart := time.Now()
+	if err := t.evalInto(ctx, libExpr("observe("+string(js)+")"), false, s.opts.CallTimeout, &st); err != nil {
+		if d := t.openDialog(); d != nil {
+			return s.dialogObservation(ctx, t, d, start), nil
+		}
+		return Observation{}, s.classify(ctx, t, "observe", err)
+	}
+	t.mu.Lock()
+	t.url, t.title = st.URL, st.Title
+	t.mu.Unlock()
+	obs := Observation{
+		URL: st.URL, Title: st.Title,
+		Viewport: ViewportState{
+			Width: int(st.VW), Height: int(st.VH), ScrollX: st.SX, ScrollY: st.SY, PageWidth: st.PW, PageHeight: st.PH,
+		},
+		AXTree: st.AX, Text: st.Text,
+	}
+	obs.Timing.PageMS = msSince(pageStart)
+
+	baseW, baseH := st.VW, st.VH
+	if o.FullPage {
+		baseW, baseH = st.PW, st.PH
+	}
+	scale := 1.0
+	if o.Width > 0 && float64(o.Width) < baseW {
+		scale = float64(o.Width) / baseW
+	}
+	if o.FullPage && baseH*scale > maxShotPixels {
+		baseH = math.Floor(maxShotPixels / scale)
+	}
+	obs.Scale = scale
+
+	if o.Screenshot != "none" {
+		shotStart := time.Now()
+		shot, err := s.screenshot(ctx, t, o, st, scale, baseW, baseH)
+		if err != nil {
+			if d := t.openDialog(); d != nil {
+				return s.dialogObservation(ctx, t, d, start), nil
+			}
+			return Observation{}, err
+		}
+		obs.Screenshot = shot
+		obs.Timing.ScreenshotMS = msSince(shotStart)
+	}
+
+	obs.Elements = make([]Element, 0, len(st.Elements))
+	for _, e := range st.Elements {
+		for i := range e.BBox {
+			e.BBox[i] = math.Round(e.BBox[i]*scale*10) / 10
+		}
+		obs.Elements = append(obs.Elements, e)
+	}
+	if !(o.SOM || o.Marks) {
+		obs.Elements = nil
+	}
+	if o.Marks && obs.Screenshot != nil && len(obs.Elements) > 0 {
+		marksStart := time.Now()
+		if err := drawMarks(obs.Screenshot, obs.Elements, o.quality()); err != nil {
+			s.log.Warn("draw marks", "error", err)
+		}
+		obs.Timing.MarksMS = msSince(marksStart)
+	}
+
+	obs.Frame = s.recordFrame(t, scale, o.FullPage)
+	obs.Tabs = s.Tabs()
+	obs.Downloads = s.Downloads()
+	obs.Dialog = t.openDialog()
+	obs.Timing.TotalMS = msSince(start)
+	return obs, nil
+}
+
+func (o ObserveOptions) quality() int {
+	if o.Quality <= 0 {
+		return 80
+	}
+	return o.Quality
+}
+
+func (o ObserveOptions) format() string {
+	if o.Screenshot == "" {
+		return "jpeg"
+	}
+	return o.Screenshot
+}
+
+func (s *Session) screenshot(ctx context.Context, t *tab, o ObserveOptions, st pageState, scale, w, h float64) (*Screenshot, error) {
+	p := page.CaptureScreenshotParams{OptimizeForSpeed: new(true)}
+	format := o.format()
+	if format == "png" {
+		p.Format = page.CaptureScreenshotFormatPng
+	} else {
+		p.Format = page.CaptureScreenshotFormatJpeg
+		p.Quality = new(int64(o.quality()))
+	}
+	switch {
+	case o.FullPage:
+		p.CaptureBeyondViewport = new(true)
+		p.Clip = &page.Viewport{X: 0, Y: 0, Width: w, Height: h, Scale: scale}
+	case scale != 1:
+		// The clip is in document coordinates: the viewport as scrolled.
+		p.Clip = &page.Viewport{X: st.SX, Y: st.SY, Width: w, Height: h, Scale: scale}
+	}
+	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
+	defer cancel()
+	res, err := cdp.Call(cctx, t.target, page.CaptureScreenshot, p)
+	if err != nil {
+		return nil, s.classify(cctx, t, "screenshot", err)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(res.Data))
+	if err != nil {
+		return nil, faults.Wrap(err, faults.CodeBrowserProtocol, faults.Internal, faults.Browser, "screenshot: undecodable image")
+	}
+	return &Screenshot{Format: format, Data: res.Data, Width: cfg.Width, Height: cfg.Height}, nil
+}
+
+// dialogObservation is the observation of a tab that a dialog blocks. The
+// page cannot answer; the browser still knows its URL and title.
+func (s *Session) dialogObservation(ctx context.Context, t *tab, d *Dialog, start time.Time) Observation {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	info, err := cdp.Call(cctx, s.b, target.GetTargetInfo, target.GetTargetInfoParams{TargetID: t.id})
+	cancel()
+	t.mu.Lock()
+	if err == nil && info.TargetInfo != nil {
+		t.url, t.title = info.TargetInfo.URL, info.TargetInfo.Title
+	}
+	url, title := t.url, t.title
+	t.mu.Unlock()
+	fi, _ := s.frameFor(t, Action{})
+	scale := fi.scale
+	if scale <= 0 {
+		scale = 1
+	}
+	return Observation{
+		Frame:     s.recordFrame(t, scale, fi.fullPage),
+		Scale:     scale,
+		URL:       url,
+		Title:     title,
+		Tabs:      s.Tabs(),
+		Viewport:  ViewportState{Width: s.opts.Viewport.Width, Height: s.opts.Viewport.Height},
+		Dialog:    d,
+		Downloads: s.Downloads(),
+		Timing:    ObserveTiming{TotalMS: msSince(start)},
+	}
+}
+
+// Screenshot is a convenience for GET /browser/screenshot: the image only.
+func (s *Session) Screenshot(ctx context.Context, o ObserveOptions) (*Screenshot, error) {
+	if o.Screenshot == "none" {
+		return nil, errInvalid("screenshot: format none")
+	}
+	obs, err := s.Observe(ctx, ObserveOptions{Screenshot: o.format(), Quality: o.Quality, Width: o.Width, FullPage: o.FullPage})
+	if err != nil {
+		return nil, err
+	}
+	if obs.Screenshot == nil {
+		return nil, faults.New(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
+			fmt.Sprintf("screenshot: a %s dialog blocks the page", obs.Dialog.Type))
+	}
+	return obs.Screenshot, nil
+}

@@ -1,0 +1,147 @@
+package browser
+
+import (
+	"errors"
+	"log/slog"
+	"os/exec"
+	"time"
+)
+
+// Viewport is a size in CSS pixels.
+type Viewport struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
+}
+
+// Options configure a Session. The zero value is usable: Launch fills the
+// defaults documented on each field.
+type Options struct {
+	// ExecPath is the browser binary. Default: "chromium", else
+	// "chromium-browser", looked up in PATH.
+	ExecPath string
+	// UserDataDir is the profile directory. Default: a fresh temporary
+	// directory that Close removes. A directory given here is kept.
+	UserDataDir string
+	// Viewport is the size of every tab. Default 1280×720.
+	Viewport Viewport
+	// UserAgent overrides the browser's user agent when set.
+	UserAgent string
+	// Locale sets the browser's language and Intl locale ("en-US").
+	Locale string
+	// Timezone sets the IANA time zone pages see ("Europe/Berlin").
+	Timezone string
+	// Headless runs without a display. Default true; false needs DISPLAY.
+	Headless *bool
+	// ProxyServer routes all traffic through a proxy ("http://127.0.0.1:3128").
+	ProxyServer string
+	// DownloadDir receives downloads. Default /workspace/downloads.
+	DownloadDir string
+	// AutoAcceptDialogs accepts every JavaScript dialog as it opens. When
+	// false a dialog stays open, is reported in observations and is answered
+	// with the dialog action.
+	AutoAcceptDialogs bool
+	// FocusNewTabs makes a tab opened by the page (a popup, a link with
+	// target=_blank) the active tab. When false the agent stays on its tab
+	// and sees the new one in the tab list.
+	FocusNewTabs bool
+	// Logger receives the session's diagnostics. Default: slog.Default().
+	Logger *slog.Logger
+
+	// SettleQuiet is how long the page must be quiet (no DOM mutation, no
+	// request in flight) after an action before the action returns.
+	// Default 250 ms.
+	SettleQuiet time.Duration
+	// SettleIdle ends the settle wait early when the page showed no
+	// mutation and no request at all for this long: an action with no
+	// effect need not wait the full quiet window. Default 100 ms; set it
+	// to SettleQuiet or more to always wait SettleQuiet.
+	SettleIdle time.Duration
+	// SettleTimeout caps the wait for quiet after an action. Default 2.5 s.
+	SettleTimeout time.Duration
+	// NavigationTimeout caps a navigate, back, forward or reload waiting for
+	// the load event. Default 30 s.
+	NavigationTimeout time.Duration
+	// CallTimeout caps any single protocol call. Default 10 s.
+	CallTimeout time.Duration
+	// LaunchTimeout caps starting the browser. Default 30 s (eight
+	// browsers starting at once on two cores take over 20 s).
+	LaunchTimeout time.Duration
+	// ExtraFlags are added to the command line ("name" or "name=value",
+	// without the leading dashes).
+	ExtraFlags []string
+}
+
+// Defaults. Each says why it has its value.
+const (
+	// DefaultDownloadDir is the sandbox's conventional download folder.
+	DefaultDownloadDir = "/workspace/downloads"
+	// defaultSettleQuiet: long enough for a click handler's follow-up work
+	// (a fetch started from a microtask or a short timer) to show, short
+	// enough to keep a step well under a second.
+	defaultSettleQuiet = 250 * time.Millisecond
+	// defaultSettleIdle: the page's own reaction to input (handlers,
+	// microtasks, a fetch started from them) begins within a frame or two;
+	// nothing by 100 ms almost always means nothing is coming.
+	defaultSettleIdle = 100 * time.Millisecond
+	// defaultSettleTimeout: pages that never go quiet (tickers, long polls)
+	// must not stall every step.
+	defaultSettleTimeout = 2500 * time.Millisecond
+	// defaultNavigationTimeout: the usual browser-automation bound for a
+	// full page load on the open web.
+	defaultNavigationTimeout = 30 * time.Second
+	// defaultCallTimeout: a healthy browser answers any single command in
+	// well under a second; 10 s leaves room for a loaded machine and a
+	// full-page screenshot while still catching a hung renderer.
+	defaultCallTimeout = 10 * time.Second
+	// defaultLaunchTimeout: see Options.LaunchTimeout.
+	defaultLaunchTimeout = 30 * time.Second
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.ExecPath == "" {
+		for _, name := range []string{"chromium", "chromium-browser"} {
+			if p, err := exec.LookPath(name); err == nil {
+				o.ExecPath = p
+				break
+			}
+		}
+		if o.ExecPath == "" {
+			return o, errors.New("no chromium or chromium-browser in PATH")
+		}
+	}
+	if o.Viewport.Width <= 0 {
+		o.Viewport.Width = 1280
+	}
+	if o.Viewport.Height <= 0 {
+		o.Viewport.Height = 720
+	}
+	if o.Headless == nil {
+		t := true
+		o.Headless = &t
+	}
+	if o.DownloadDir == "" {
+		o.DownloadDir = DefaultDownloadDir
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SettleQuiet <= 0 {
+		o.SettleQuiet = defaultSettleQuiet
+	}
+	if o.SettleIdle <= 0 {
+		o.SettleIdle = defaultSettleIdle
+	}
+	if o.SettleTimeout <= 0 {
+		o.SettleTimeout = defaultSettleTimeout
+	}
+	if o.NavigationTimeout <= 0 {
+		o.NavigationTimeout = defaultNavigationTimeout
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = defaultCallTimeout
+	}
+	if o.LaunchTimeout <= 0 {
+		o.LaunchTimeout = defaultLaunchTimeout
+	}
+	return o, nil
+}

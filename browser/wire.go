@@ -1,0 +1,81 @@
+package browser
+
+import (
+	"context"
+	"time"
+)
+
+// Request is the body of POST /browser/actions: a list of actions (or a
+// single one), an optional observation to take afterwards, and a frame
+// and strictness that apply to every action that does not set its own.
+type Request struct {
+	Actions []Action        `json:"actions,omitempty"`
+	Action  *Action         `json:"action,omitempty"`
+	Observe *ObserveOptions `json:"observe,omitempty"`
+	Frame   *int64          `json:"frame,omitempty"`
+	Strict  bool            `json:"strict,omitempty"`
+}
+
+// List returns the request's actions with the request-level frame and
+// strictness applied.
+func (r Request) List() []Action {
+	list := append([]Action(nil), r.Actions...)
+	if r.Action != nil {
+		list = append(list, *r.Action)
+	}
+	for i := range list {
+		if list[i].Frame == nil && r.Frame != nil {
+			f := *r.Frame
+			list[i].Frame = &f
+		}
+		if r.Strict {
+			list[i].Strict = true
+		}
+	}
+	return list
+}
+
+// Response is the body answering a Request.
+type Response struct {
+	OK          bool         `json:"ok"`
+	Results     []Result     `json:"results"`
+	Observation *Observation `json:"observation,omitempty"`
+	Timing      Timing       `json:"timing"`
+}
+
+// Timing of a Request, in milliseconds.
+type Timing struct {
+	TotalMS   float64 `json:"total_ms"`
+	ActionsMS float64 `json:"actions_ms"`
+	ObserveMS float64 `json:"observe_ms,omitempty"`
+}
+
+// Run serves a Request: the actions, then the observation if asked for
+// (also after a failed action, so the agent sees where it stands). The
+// error is non-nil only when the session cannot go on (see Do) or the
+// observation failed.
+func (s *Session) Run(ctx context.Context, r Request) (Response, error) {
+	start := time.Now()
+	results, err := s.Do(ctx, r.List())
+	resp := Response{OK: err == nil, Results: results}
+	for _, res := range results {
+		resp.OK = resp.OK && res.OK
+	}
+	resp.Timing.ActionsMS = msSince(start)
+	if err != nil {
+		resp.Timing.TotalMS = msSince(start)
+		return resp, err
+	}
+	if r.Observe != nil {
+		obsStart := time.Now()
+		obs, err := s.Observe(ctx, *r.Observe)
+		resp.Timing.ObserveMS = msSince(obsStart)
+		resp.Timing.TotalMS = msSince(start)
+		if err != nil {
+			return resp, err
+		}
+		resp.Observation = &obs
+	}
+	resp.Timing.TotalMS = msSince(start)
+	return resp, nil
+}
