@@ -130,6 +130,10 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	if err := c.Run(proc); err != nil {
 		return runtime.Instance{}, classifyStart(id, "start agent", err)
 	}
+	// The agent holds the listening socket now. Dropping ours means that
+	// once the agent dies nothing listens, and probes fail at once instead
+	// of queueing on a socket no one will accept from.
+	lnFile.Close()
 	w := l.watchContainer(id, c)
 	s.mu.Lock()
 	s.watch = w
@@ -224,6 +228,9 @@ func mkdirInRoot(rootfs, dir string) error {
 const (
 	healthPollMin = 200 * time.Microsecond
 	healthPollMax = time.Millisecond
+	// healthProbeTimeout bounds one probe: a started agent answers /health
+	// in well under a millisecond, a loaded machine may take far longer.
+	healthProbeTimeout = 2 * time.Second
 )
 
 // waitHealthy polls the agent's socket until GET /health answers 200, the
@@ -260,9 +267,13 @@ func probeHealth(ctx context.Context, sock string) error {
 		return err
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
+	// A probe never waits long: the caller polls, and checks in between
+	// whether the agent died.
+	dl := time.Now().Add(healthProbeTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
 	}
+	_ = conn.SetDeadline(dl)
 	if _, err := conn.Write([]byte("GET /health HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")); err != nil {
 		return err
 	}
