@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,8 +15,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/browser"
 	"github.com/orchard/orchard/faults"
@@ -42,6 +46,8 @@ func (o BrowserOptions) session(log *slog.Logger) browser.Options {
 	return browser.Options{
 		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
 		Headless: o.Headless, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, Logger: log,
+		// GET /browser/cdp proxies to it.
+		DevTools: true,
 	}
 }
 
@@ -157,6 +163,32 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 	})
 	mux.HandleFunc("GET /browser/tabs", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"tabs": sess.Tabs()})
+	})
+	mux.HandleFunc("GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) {
+		if err := serveCDP(w, r, sess); err != nil {
+			fail(w, err)
+		}
+	})
+	mux.HandleFunc("GET /browser/cdp/json/version", func(w http.ResponseWriter, r *http.Request) {
+		v, err := cdpVersion(r.Context(), sess)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+	var viewers atomic.Int32
+	mux.HandleFunc("GET /browser/stream", func(w http.ResponseWriter, r *http.Request) {
+		if viewers.Add(1) > maxStreamViewers {
+			viewers.Add(-1)
+			fail(w, faults.Newf(faults.CodeCapacity, faults.Unavailable, faults.Browser,
+				"the live view has its maximum of %d viewers", maxStreamViewers))
+			return
+		}
+		defer viewers.Add(-1)
+		if err := serveStream(w, r, sess, log); err != nil {
+			fail(w, err)
+		}
 	})
 	return mux
 }
@@ -354,4 +386,182 @@ func (s *Server) handleBrowser(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.browser.ServeHTTP(w, r)
 	return nil
+}
+
+// cdpMaxMessage bounds one DevTools message either way; a full-page
+// screenshot in base64 is the largest a client normally sees.
+const cdpMaxMessage = 256 << 20
+
+var cdpUpgrader = websocket.Upgrader{
+	ReadBufferSize:  64 << 10,
+	WriteBufferSize: 64 << 10,
+	// The server authenticated the caller; the browser is the caller's.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// serveCDP proxies a WebSocket to the browser's DevTools endpoint, frame
+// for frame both ways, until either side closes. Errors before the
+// upgrade are returned for the caller to answer.
+func serveCDP(w http.ResponseWriter, r *http.Request, sess *browser.Session) error {
+	if err := sess.Err(); err != nil {
+		return err
+	}
+	u := sess.DevToolsURL()
+	if u == "" {
+		return faults.New(faults.CodeKindUnsupported, faults.Unavailable, faults.Browser, "the browser has no DevTools endpoint")
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "/browser/cdp is a WebSocket: send an upgrade request")
+	}
+	dctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	d := websocket.Dialer{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	up, resp, err := d.DialContext(dctx, u, nil)
+	cancel()
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		return faults.Wrap(err, faults.CodeBrowserProtocol, faults.Unavailable, faults.Browser, "connect to the browser's DevTools endpoint: "+err.Error())
+	}
+	defer up.Close()
+	client, err := cdpUpgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return nil // the upgrader has answered
+	}
+	defer client.Close()
+	client.SetReadLimit(cdpMaxMessage)
+	up.SetReadLimit(cdpMaxMessage)
+
+	errc := make(chan error, 2)
+	go func() { errc <- pumpWS(up, client) }()
+	go func() { errc <- pumpWS(client, up) }()
+	err = <-errc
+	// Pass the close on, then unblock the other pump.
+	code, text := websocket.CloseNormalClosure, ""
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		code, text = ce.Code, ce.Text
+	}
+	msg := websocket.FormatCloseMessage(code, text)
+	deadline := time.Now().Add(time.Second)
+	_ = client.WriteControl(websocket.CloseMessage, msg, deadline)
+	_ = up.WriteControl(websocket.CloseMessage, msg, deadline)
+	client.Close()
+	up.Close()
+	<-errc
+	return nil
+}
+
+// pumpWS copies messages from src to dst until either fails.
+func pumpWS(dst, src *websocket.Conn) error {
+	for {
+		mt, data, err := src.ReadMessage()
+		if err != nil {
+			return err
+		}
+		if err := dst.WriteMessage(mt, data); err != nil {
+			return err
+		}
+	}
+}
+
+// cdpVersion is the browser's /json/version, for clients that discover
+// the endpoint over HTTP; webSocketDebuggerUrl is left for the caller to
+// point at its own address.
+func cdpVersion(ctx context.Context, sess *browser.Session) (map[string]any, error) {
+	u := sess.DevToolsURL()
+	if u == "" {
+		return nil, faults.New(faults.CodeKindUnsupported, faults.Unavailable, faults.Browser, "the browser has no DevTools endpoint")
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+pu.Host+"/json/version", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, faults.Wrap(err, faults.CodeBrowserProtocol, faults.Unavailable, faults.Browser, "browser version: "+err.Error())
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
+		return nil, faults.Wrap(err, faults.CodeBrowserProtocol, faults.Unavailable, faults.Browser, "browser version: "+err.Error())
+	}
+	delete(v, "webSocketDebuggerUrl")
+	return v, nil
+}
+
+// Live view limits. A frame is a viewport screenshot (a few ms of the
+// browser's time each), so the rate is capped to leave the browser to the
+// agent's actions.
+const (
+	maxStreamViewers = 8
+	defaultStreamFPS = 5
+	maxStreamFPS     = 10
+	streamBoundary   = "orchardframe"
+	// streamWriteTimeout drops a viewer that cannot take a frame.
+	streamWriteTimeout = 10 * time.Second
+)
+
+// serveStream is the live view: an MJPEG stream (multipart/x-mixed-replace)
+// of the active tab at ?fps= (default 5, at most 10) and ?quality= (JPEG,
+// default 60), until the client goes away or the browser dies.
+func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, log *slog.Logger) error {
+	q := r.URL.Query()
+	fps, quality := defaultStreamFPS, 60
+	for k, dst := range map[string]*int{"fps": &fps, "quality": &quality} {
+		if v := q.Get(k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s must be a positive integer", k)
+			}
+			*dst = n
+		}
+	}
+	fps, quality = min(fps, maxStreamFPS), min(quality, 100)
+	// The first frame decides the status: a dead browser is an error, not
+	// an empty stream.
+	frame, err := sess.LiveFrame(r.Context(), quality)
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "multipart/x-mixed-replace; boundary="+streamBoundary)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	t := time.NewTicker(time.Second / time.Duration(fps))
+	defer t.Stop()
+	for {
+		if frame != nil {
+			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			if _, err := fmt.Fprintf(w, "--%s\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n", streamBoundary, len(frame)); err != nil {
+				return nil
+			}
+			if _, err := w.Write(frame); err != nil {
+				return nil
+			}
+			if _, err := io.WriteString(w, "\r\n"); err != nil {
+				return nil
+			}
+			if err := rc.Flush(); err != nil {
+				return nil
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-t.C:
+		}
+		frame, err = sess.LiveFrame(r.Context(), quality)
+		if err != nil {
+			if r.Context().Err() != nil || sess.Err() != nil {
+				return nil // the viewer left or the browser died: end the stream
+			}
+			// A dialog or a tab between states: keep the last frame up.
+			log.Debug("live view frame", "error", err)
+			frame = nil
+		}
+	}
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// LaunchTimeout caps starting the browser. Default 30 s (eight
 	// browsers starting at once on two cores take over 20 s).
 	LaunchTimeout time.Duration
+	// DevTools also opens a DevTools endpoint on 127.0.0.1 (a free port)
+	// for other clients (Playwright's connectOverCDP, chromedp's
+	// RemoteAllocator, rod); Session.DevToolsURL returns its address. The
+	// session itself keeps driving the browser over its pipe.
+	DevTools bool
 	// ExtraFlags are added to the command line ("name" or "name=value",
 	// without the leading dashes).
 	ExtraFlags []string

@@ -3,6 +3,7 @@ package browser
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -150,4 +151,13 @@ func (s *Session) reap() {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// keepWithParent makes the browser die with the process that started it,
+// as chromedp's default command setup does.
+func keepWithParent(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = new(syscall.SysProcAttr)
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

@@ -2,6 +2,8 @@
 
 package browser
 
+import "os/exec"
+
 func smallShm() bool { return false }
 
 func (s *Session) processTree() []int {
@@ -18,3 +20,5 @@ func (s *Session) killLeftovers() {}
 func (s *Session) noteBrowser() {}
 
 func (s *Session) reap() {}
+
+func keepWithParent(*exec.Cmd) {}

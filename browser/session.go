@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +45,8 @@ type Session struct {
 	// reaping (see reap).
 	procName  string
 	procStart uint64
+	// devToolsURL is the browser's DevTools WebSocket when Options.DevTools.
+	devToolsURL string
 
 	closing atomic.Bool
 	// done closes when Close starts; background goroutines stop on it.
@@ -101,6 +104,9 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 			return nil, faults.Wrap(err, faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser, "launch browser: create profile dir")
 		}
 		s.dataDir, s.ownDataDir = dir, true
+	} else if o.DevTools {
+		// A kept profile may hold the file of an earlier browser.
+		_ = os.Remove(filepath.Join(s.dataDir, devToolsPortFile))
 	}
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), s.allocatorOptions()...)
 	s.allocCancel = allocCancel
@@ -207,6 +213,9 @@ func (s *Session) allocatorOptions() []chromedp.ExecAllocatorOption {
 	if len(env) > 0 {
 		opts = append(opts, chromedp.Env(env...))
 	}
+	if o.DevTools {
+		opts = append(opts, chromedp.ModifyCmdFunc(devToolsCmd))
+	}
 	return opts
 }
 
@@ -244,6 +253,13 @@ func (s *Session) start(ctx context.Context, first *tab) error {
 	first.id = c.Target.TargetID
 	first.mu.Unlock()
 
+	if s.opts.DevTools {
+		u, err := readDevToolsURL(ctx, s.dataDir)
+		if err != nil {
+			return err
+		}
+		s.devToolsURL = u
+	}
 	if err := chromedp.ListenBrowser(s.rootCtx, s.onBrowserEvent); err != nil {
 		return err
 	}

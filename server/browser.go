@@ -2,10 +2,12 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -37,11 +39,46 @@ func (s *Server) browserRoutes() []route {
 		{method: "GET", path: "/sandboxes/:id/browser/tabs", summary: "Open tabs", response: map[string]any{}, handler: s.toAgent("/browser/tabs")},
 		{method: "GET", path: "/sandboxes/:id/browser/cdp", summary: "WebSocket to the browser's DevTools protocol (Playwright connectOverCDP, chromedp, rod)",
 			ws: true, handler: s.toAgent("/browser/cdp")},
+		{method: "GET", path: "/sandboxes/:id/browser/cdp/json/version", summary: "DevTools discovery for the /browser/cdp WebSocket (webSocketDebuggerUrl)",
+			response: map[string]any{}, handler: s.toAgentWith("/browser/cdp/json/version", cdpDiscovery)},
+		{method: "GET", path: "/sandboxes/:id/browser/stream", summary: "Live view of the active tab: MJPEG (multipart/x-mixed-replace) until the client disconnects",
+			query: []queryParam{{"fps", "integer", "frames per second, at most 10 (default 5)", false},
+				{"quality", "integer", "JPEG quality (default 60)", false}},
+			handler: s.toAgent("/browser/stream")},
 	}
 }
 
+// cdpDiscovery points the browser's /json/version answer at this server's
+// /browser/cdp WebSocket, as the caller reached it.
+func cdpDiscovery(c *gin.Context, resp *http.Response) error {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	var v map[string]any
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
+		return err
+	}
+	resp.Body.Close()
+	scheme := "ws"
+	if c.Request.TLS != nil || strings.EqualFold(c.GetHeader("X-Forwarded-Proto"), "https") {
+		scheme = "wss"
+	}
+	v["webSocketDebuggerUrl"] = scheme + "://" + c.Request.Host + "/sandboxes/" + url.PathEscape(c.Param("id")) + "/browser/cdp"
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return nil
+}
+
 // toAgent forwards the request to path on the sandbox's agent.
-func (s *Server) toAgent(path string) handlerFunc {
+func (s *Server) toAgent(path string) handlerFunc { return s.toAgentWith(path, nil) }
+
+// toAgentWith is toAgent with a hook that may rewrite the agent's response.
+func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Response) error) handlerFunc {
 	return func(c *gin.Context) error {
 		if s.agentHTTP == nil {
 			return faults.New(faults.CodeKindUnsupported, faults.NotImplemented, faults.Platform, "this server does not forward to agents")
@@ -79,9 +116,24 @@ func (s *Server) toAgent(path string) handlerFunc {
 				}
 			},
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				if c.Writer.Written() {
+					return
+				}
 				renderError(c, s.log, faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox,
 					"the sandbox's agent did not answer"))
 			},
+		}
+		defer func() {
+			// A viewer leaving a stream aborts the copy; that is no fault.
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler && c.Request.Context().Err() != nil {
+					return
+				}
+				panic(r)
+			}
+		}()
+		if modify != nil {
+			proxy.ModifyResponse = func(resp *http.Response) error { return modify(c, resp) }
 		}
 		proxy.ServeHTTP(c.Writer, c.Request)
 		return nil

@@ -2,13 +2,24 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image/jpeg"
 	"image/png"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
@@ -126,5 +137,223 @@ func TestBrowserSandbox(t *testing.T) {
 	sh := createReady(t, srv, map[string]any{"memory": "128Mi"})
 	if r := call(t, srv, "GET", "/sandboxes/"+sh+"/browser/tabs", nil); r.status != 400 {
 		t.Fatalf("browser path on a shell sandbox: %d %s", r.status, r.raw)
+	}
+}
+
+// browserWithPage starts a browser sandbox showing testPage.
+func browserWithPage(t *testing.T) (*testserver.Server, string) {
+	t.Helper()
+	testenv.RequireChromium(t)
+	srv := testserver.Start(t, testserver.Options{})
+	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser",
+		"browser": map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}})
+	want(t, r, 200)
+	id := r.body["sandbox_id"].(string)
+	w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=120", nil)
+	if w.body["status"] != "ready" {
+		t.Fatalf("browser sandbox: %s", w.raw)
+	}
+	want(t, call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
+		"content": base64.StdEncoding.EncodeToString([]byte(testPage))}), 200)
+	a := call(t, srv, "POST", "/sandboxes/"+id+"/browser/actions", map[string]any{
+		"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}}})
+	if a.status != 200 || a.body["ok"] != true {
+		t.Fatalf("navigate: %s", a.raw)
+	}
+	return srv, id
+}
+
+// cdpCall sends one DevTools command on conn and returns its result,
+// skipping the events that arrive before it.
+func cdpCall(t *testing.T, conn *websocket.Conn, id int, method string, params any) json.RawMessage {
+	t.Helper()
+	msg := map[string]any{"id": id, "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	if err := conn.WriteJSON(msg); err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		var res struct {
+			ID     int             `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := conn.ReadJSON(&res); err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		if res.ID != id {
+			continue
+		}
+		if res.Error != nil {
+			t.Fatalf("%s: %s", method, res.Error)
+		}
+		return res.Result
+	}
+}
+
+// An outside DevTools client attaches through /browser/cdp and drives the
+// tab the sandbox's own session opened.
+func TestBrowserCDPProxy(t *testing.T) {
+	srv, id := browserWithPage(t)
+	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/sandboxes/" + id + "/browser/cdp"
+	hdr := http.Header{"X-API-Key": {srv.APIKey}}
+
+	// Without a key the handshake is refused.
+	if _, resp, err := websocket.DefaultDialer.Dial(wsURL, nil); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("unauthenticated dial: %v %v", err, resp)
+	}
+
+	conn, _, err := websocket.DefaultDialer.Dial(wsURL, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var ver struct {
+		Product string `json:"product"`
+	}
+	if err := json.Unmarshal(cdpCall(t, conn, 1, "Browser.getVersion", nil), &ver); err != nil || !strings.Contains(ver.Product, "Chrom") {
+		t.Fatalf("Browser.getVersion: %v %+v", err, ver)
+	}
+	var targets struct {
+		TargetInfos []target.Info `json:"targetInfos"`
+	}
+	if err := json.Unmarshal(cdpCall(t, conn, 2, "Target.getTargets", nil), &targets); err != nil {
+		t.Fatal(err)
+	}
+	var page target.ID
+	for _, ti := range targets.TargetInfos {
+		if ti.Type == "page" && ti.URL == "file:///workspace/page.html" {
+			page = ti.TargetID
+		}
+	}
+	if page == "" {
+		t.Fatalf("the session's page is not among the targets: %+v", targets.TargetInfos)
+	}
+
+	// HTTP discovery names the proxied WebSocket.
+	d := call(t, srv, "GET", "/sandboxes/"+id+"/browser/cdp/json/version", nil)
+	want(t, d, 200)
+	if d.body["webSocketDebuggerUrl"] != wsURL || !strings.Contains(fmt.Sprint(d.body["Browser"]), "Chrom") {
+		t.Fatalf("json/version: %s", d.raw)
+	}
+
+	// chromedp's remote allocator attaches to the same tab.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	actx, acancel := remote.NewAllocator(ctx, wsURL, remote.NoModifyURL, remote.WithDialHTTPHeader(hdr))
+	defer acancel()
+	cctx, ccancel := chromedp.NewContext(actx, chromedp.WithTargetID(page), chromedp.WithDetachOnCancel())
+	title, err := chromedp.Run(cctx, chromedp.Title())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(cctx, chromedp.Evaluate[string](`document.getElementById('out').textContent = 'set over cdp'`)); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
+	acancel()
+	if title != "Orchard test" {
+		t.Fatalf("title over cdp %q", title)
+	}
+	// The sandbox's session sees what the outside client did, and still works.
+	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none&text=true", nil)
+	want(t, o, 200)
+	if !strings.Contains(fmt.Sprint(o.body["text"]), "set over cdp") {
+		t.Fatalf("observation after the cdp client: %.600s", o.raw)
+	}
+	if ts, _ := call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil).body["tabs"].([]any); len(ts) != 1 {
+		t.Fatalf("tabs after the cdp client detached: %v", ts)
+	}
+}
+
+// The live view streams JPEG frames to several viewers while actions run.
+func TestBrowserStream(t *testing.T) {
+	srv, id := browserWithPage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	open := func() *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/sandboxes/"+id+"/browser/stream?fps=10&quality=50", nil)
+		req.Header.Set("X-API-Key", srv.APIKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			t.Fatalf("stream: %d %s", resp.StatusCode, b)
+		}
+		return resp
+	}
+	viewers := []*http.Response{open(), open()}
+	defer func() {
+		for _, v := range viewers {
+			v.Body.Close()
+		}
+	}()
+
+	// An action runs while both viewers are streaming.
+	acted := make(chan error, 1)
+	go func() {
+		body := `{"actions":[{"type":"click","selector":"#b"}],"observe":{"screenshot":"none","text":true}}`
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/sandboxes/"+id+"/browser/actions", strings.NewReader(body))
+		req.Header.Set("X-API-Key", srv.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			acted <- err
+			return
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !bytes.Contains(raw, []byte(`"ok":true`)) || !bytes.Contains(raw, []byte("clicked")) {
+			acted <- fmt.Errorf("click during the stream: %d %.500s", resp.StatusCode, raw)
+			return
+		}
+		acted <- nil
+	}()
+
+	for i, v := range viewers {
+		mt, params, err := mime.ParseMediaType(v.Header.Get("Content-Type"))
+		if err != nil || mt != "multipart/x-mixed-replace" || params["boundary"] == "" {
+			t.Fatalf("viewer %d: Content-Type %q", i, v.Header.Get("Content-Type"))
+		}
+		mr := multipart.NewReader(v.Body, params["boundary"])
+		for n := range 2 {
+			part, err := mr.NextPart()
+			if err != nil {
+				t.Fatalf("viewer %d part %d: %v", i, n, err)
+			}
+			if ct := part.Header.Get("Content-Type"); ct != "image/jpeg" {
+				t.Fatalf("viewer %d part %d: Content-Type %q", i, n, ct)
+			}
+			img, err := jpeg.Decode(part)
+			if err != nil {
+				t.Fatalf("viewer %d part %d: %v", i, n, err)
+			}
+			if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 600 {
+				t.Fatalf("viewer %d part %d: %v", i, n, b)
+			}
+		}
+	}
+	select {
+	case err := <-acted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the action did not finish while viewers streamed")
+	}
+	// Viewers that leave end their streams; the browser keeps answering.
+	for _, v := range viewers {
+		v.Body.Close()
+	}
+	viewers = nil
+	want(t, call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil), 200)
+	if r := call(t, srv, "GET", "/sandboxes/"+id+"/browser/stream?fps=abc", nil); r.status != 400 {
+		t.Fatalf("bad fps: %d %s", r.status, r.raw)
 	}
 }

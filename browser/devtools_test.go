@@ -1,0 +1,82 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"image/jpeg"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/orchard/orchard/internal/testenv"
+)
+
+func TestDevToolsEndpointAndLiveFrame(t *testing.T) {
+	path := testenv.RequireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := Launch(ctx, Options{ExecPath: path, DownloadDir: t.TempDir(), DevTools: true, Viewport: Viewport{Width: 640, Height: 480}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	u := s.DevToolsURL()
+	if !strings.HasPrefix(u, "ws://127.0.0.1:") || !strings.Contains(u, "/devtools/browser/") {
+		t.Fatalf("DevToolsURL %q", u)
+	}
+	mustDo(t, s, Action{Type: ActNavigate, URL: site.URL + "/basic.html"})
+
+	// A second client on the endpoint sees the session's tab.
+	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.WriteJSON(map[string]any{"id": 1, "method": "Target.getTargets"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var res struct {
+		ID     int `json:"id"`
+		Result struct {
+			TargetInfos []struct {
+				Type string `json:"type"`
+				URL  string `json:"url"`
+			} `json:"targetInfos"`
+		} `json:"result"`
+	}
+	for res.ID != 1 {
+		if err := conn.ReadJSON(&res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found := false
+	for _, ti := range res.Result.TargetInfos {
+		found = found || ti.Type == "page" && strings.HasSuffix(ti.URL, "/basic.html")
+	}
+	if !found {
+		t.Fatalf("targets %+v lack the session's page", res.Result.TargetInfos)
+	}
+
+	before := s.frameSeq.Load()
+	img, err := s.LiveFrame(ctx, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := jpeg.DecodeConfig(bytes.NewReader(img))
+	if err != nil || cfg.Width != 640 || cfg.Height != 480 {
+		t.Fatalf("live frame: %v %+v", err, cfg)
+	}
+	// Live frames leave the observation frames alone.
+	if n := s.frameSeq.Load(); n != before {
+		t.Fatalf("a live frame recorded observation frame %d", n)
+	}
+}
+
+func TestNoDevToolsByDefault(t *testing.T) {
+	if u := browserSession(t).DevToolsURL(); u != "" {
+		t.Fatalf("DevToolsURL %q without Options.DevTools", u)
+	}
+}
