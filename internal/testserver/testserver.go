@@ -156,7 +156,23 @@ func StateDir(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	abs, _ := filepath.Abs(dir)
+	t.Cleanup(func() {
+		// Sandboxes outlive the processes that made them (a replica a test
+		// killed, a failed test): remove whatever the directory still holds
+		// before the directory itself, or their containers would leak.
+		if rt, err := local.New(local.Config{StateDir: abs, AgentPath: testenv.AgentBinary(t)}); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			insts, _ := rt.List(ctx)
+			for _, in := range insts {
+				if err := rt.Delete(ctx, in.ID); err != nil {
+					t.Errorf("delete leftover sandbox %s: %v", in.ID, err)
+				}
+			}
+			cancel()
+			_ = rt.Close()
+		}
+		_ = os.RemoveAll(abs)
+	})
 	return abs
 }
