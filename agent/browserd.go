@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,8 @@ func BrowserMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("orchard-agent browser", flag.ContinueOnError)
 	sock := fs.String("socket", "", "unix socket to serve on")
 	optJSON := fs.String("options", "{}", "browser options (JSON)")
+	profile := fs.String("profile", "", "profile directory kept across restarts (cookies, storage)")
+	stateFile := fs.String("state", "", "file recording the open tabs, reopened after a restart")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,17 +69,28 @@ func BrowserMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("browser options: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "browser")
-	sess, err := browser.Launch(ctx, opts.session(log))
+	so := opts.session(log)
+	so.UserDataDir = *profile
+	if so.UserDataDir != "" {
+		// A crashed browser leaves its profile locked; the lock's owner is
+		// gone, so the new browser may take it.
+		for _, f := range []string{"SingletonLock", "SingletonSocket", "SingletonCookie"} {
+			_ = os.Remove(filepath.Join(so.UserDataDir, f))
+		}
+	}
+	sess, err := browser.Launch(ctx, so)
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
+	st := &tabState{path: *stateFile}
+	st.restore(ctx, sess, log)
 	_ = os.Remove(*sock)
 	ln, err := net.Listen("unix", *sock)
 	if err != nil {
 		return fmt.Errorf("browser daemon: %w", err)
 	}
-	srv := &http.Server{Handler: browserHandler(sess, log), ReadHeaderTimeout: readHeaderTimeout}
+	srv := &http.Server{Handler: st.track(sess, browserHandler(sess, log)), ReadHeaderTimeout: readHeaderTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	t := time.NewTicker(250 * time.Millisecond)
@@ -299,8 +313,10 @@ func (b *browserProc) spawn() (*child, error) {
 		defer logf.Close()
 		files = []*os.File{nil, logf, logf}
 	}
+	args := []string{exe, "browser", "--socket", b.sock, "--options", b.opts,
+		"--profile", b.sock + ".profile", "--state", b.sock + ".tabs"}
 	return b.s.reaper.start(func() (*os.Process, error) {
-		return os.StartProcess(exe, []string{exe, "browser", "--socket", b.sock, "--options", b.opts}, &os.ProcAttr{
+		return os.StartProcess(exe, args, &os.ProcAttr{
 			Files: files,
 			Env:   os.Environ(),
 			Sys:   &syscall.SysProcAttr{Setsid: true},
@@ -565,3 +581,75 @@ func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, 
 		}
 	}
 }
+
+// tabState keeps the URLs of the open tabs in a file after every request,
+// so a browser restarted after a crash reopens them (with the kept profile,
+// logged-in sites stay logged in).
+type tabState struct {
+	path string
+	mu   sync.Mutex // serialises writes of the file
+}
+
+func (t *tabState) track(sess *browser.Session, h http.Handler) http.Handler {
+	if t.path == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.Method == http.MethodPost {
+			t.save(sess)
+		}
+	})
+}
+
+func (t *tabState) save(sess *browser.Session) {
+	var urls []string
+	for _, tab := range sess.Tabs() {
+		urls = append(urls, tab.URL)
+	}
+	b, err := json.Marshal(urls)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tmp := t.path + ".tmp"
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, t.path)
+	}
+}
+
+// restore reopens the tabs a previous browser had open.
+func (t *tabState) restore(ctx context.Context, sess *browser.Session, log *slog.Logger) {
+	if t.path == "" {
+		return
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return
+	}
+	var urls []string
+	if json.Unmarshal(b, &urls) != nil || len(urls) == 0 {
+		return
+	}
+	var actions []browser.Action
+	for i, u := range urls {
+		if u == "" || u == "about:blank" {
+			continue
+		}
+		if i == 0 {
+			actions = append(actions, browser.Action{Type: "navigate", URL: u})
+		} else {
+			actions = append(actions, browser.Action{Type: "new_tab", URL: u})
+		}
+	}
+	if len(urls) > 1 {
+		actions = append(actions, browser.Action{Type: "switch_tab", Index: ptrInt(0)})
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := sess.Do(rctx, actions)
+	log.Info("restored tabs after a restart", "tabs", len(urls), "results", len(res), "err", err)
+}
+
+func ptrInt(i int) *int { return &i }

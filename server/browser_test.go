@@ -133,6 +133,11 @@ func TestBrowserSandbox(t *testing.T) {
 	if !sawCrash {
 		t.Log("the restart was faster than the first probe")
 	}
+	// The restarted browser reopened the page it had open.
+	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none", nil)
+	if o.body["url"] != "file:///workspace/page.html" {
+		t.Fatalf("after the restart the browser shows %v, want the page it had open", o.body["url"])
+	}
 	// Shell sandboxes have no browser paths.
 	sh := createReady(t, srv, map[string]any{"memory": "128Mi"})
 	if r := call(t, srv, "GET", "/sandboxes/"+sh+"/browser/tabs", nil); r.status != 400 {
