@@ -13,7 +13,9 @@ for h in /sys/fs/cgroup/*/; do
     if [ -n "$left" ]; then echo "leak: cgroups left:"; echo "$left"; fail=1; fi
   fi
 done
-procs=$(pgrep -af 'orchard-agent' | grep -v pgrep || true)
+# Zombies are skipped: they hold nothing but a pid, and reaping orphans is
+# the host init's job (a replica a test killed leaves its agents to it).
+procs=$(ps -eo pid=,stat=,args= | awk '$2 !~ /^Z/ && /orchard-agent/ && !/awk/' || true)
 if [ -n "$procs" ]; then echo "leak: agent processes left:"; echo "$procs"; fail=1; fi
 dirs=$(ls -d /tmp/orchard-test-* 2>/dev/null || true)
 if [ -n "$dirs" ]; then echo "leak: test state dirs left:"; echo "$dirs"; fail=1; fi

@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -40,36 +38,5 @@ func OrchardBinary(t testing.TB) string {
 }
 
 func buildOrchard() (string, string) {
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err.Error()
-	}
-	// As for the agent: a fixed place shared across runs, and a private
-	// build name renamed into place, so concurrent test processes never
-	// run half a file (a process already running keeps its inode).
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "orchard", "testenv")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err.Error()
-	}
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", err.Error()
-	}
-	defer os.RemoveAll(tmp)
-	built := filepath.Join(tmp, "orchard")
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "seccomp", "-o", built, "./cmd/orchard")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", err.Error() + ": " + string(b)
-	}
-	out := filepath.Join(dir, "orchard")
-	if err := os.Rename(built, out); err != nil {
-		return "", err.Error()
-	}
-	return out, ""
+	return buildCached("orchard", "./cmd/orchard", "CGO_ENABLED=1", "seccomp")
 }

@@ -80,13 +80,20 @@ func AgentBinary(t testing.TB) string {
 }
 
 func buildAgent() (string, string) {
+	return buildCached("orchard-agent", "./cmd/orchard-agent", "CGO_ENABLED=0")
+}
+
+// buildCached builds pkg into the user's cache directory as name and
+// returns its path (or an error text). A fixed place rather than
+// t.TempDir: the binary outlives any one test and must not pile up across
+// runs. Builds go to a private name and are renamed into place, so
+// concurrent test processes never run half a file (a process already
+// running keeps its inode).
+func buildCached(name, pkg, cgo string, tags ...string) (string, string) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err.Error()
 	}
-	// A fixed place rather than t.TempDir: the binary outlives any one test
-	// and must not pile up across runs. Builds go to a private name and are
-	// renamed into place, so concurrent test processes never see half a file.
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
@@ -100,14 +107,18 @@ func buildAgent() (string, string) {
 		return "", err.Error()
 	}
 	defer os.RemoveAll(tmp)
-	built := filepath.Join(tmp, "orchard-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", built, "./cmd/orchard-agent")
+	built := filepath.Join(tmp, name)
+	args := []string{"build", "-trimpath"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "-o", built, pkg)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), cgo)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", err.Error() + ": " + string(b)
 	}
-	out := filepath.Join(dir, "orchard-agent")
+	out := filepath.Join(dir, name)
 	if err := os.Rename(built, out); err != nil {
 		return "", err.Error()
 	}
