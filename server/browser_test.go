@@ -34,19 +34,7 @@ const testPage = `<!doctype html><html><head><title>Orchard test</title></head>
 </body></html>`
 
 func TestBrowserSandbox(t *testing.T) {
-	testenv.RequireChromium(t)
-	srv := testserver.Start(t, testserver.Options{})
-	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser",
-		"browser": map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}})
-	want(t, r, 200)
-	id := r.body["sandbox_id"].(string)
-	w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=120", nil)
-	if w.body["status"] != "ready" {
-		t.Fatalf("browser sandbox: %s", w.raw)
-	}
-	up := call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
-		"content": base64.StdEncoding.EncodeToString([]byte(testPage))})
-	want(t, up, 200)
+	srv, id := browserSandbox(t)
 
 	// One round trip: navigate, then observe at half size.
 	a := call(t, srv, "POST", "/sandboxes/"+id+"/browser/actions", map[string]any{
@@ -148,18 +136,7 @@ func TestBrowserSandbox(t *testing.T) {
 // browserWithPage starts a browser sandbox showing testPage.
 func browserWithPage(t *testing.T) (*testserver.Server, string) {
 	t.Helper()
-	testenv.RequireChromium(t)
-	srv := testserver.Start(t, testserver.Options{})
-	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser",
-		"browser": map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}})
-	want(t, r, 200)
-	id := r.body["sandbox_id"].(string)
-	w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=120", nil)
-	if w.body["status"] != "ready" {
-		t.Fatalf("browser sandbox: %s", w.raw)
-	}
-	want(t, call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
-		"content": base64.StdEncoding.EncodeToString([]byte(testPage))}), 200)
+	srv, id := browserSandbox(t)
 	a := call(t, srv, "POST", "/sandboxes/"+id+"/browser/actions", map[string]any{
 		"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}}})
 	if a.status != 200 || a.body["ok"] != true {
@@ -361,4 +338,23 @@ func TestBrowserStream(t *testing.T) {
 	if r := call(t, srv, "GET", "/sandboxes/"+id+"/browser/stream?fps=abc", nil); r.status != 400 {
 		t.Fatalf("bad fps: %d %s", r.status, r.raw)
 	}
+}
+
+// browserSandbox starts a browser sandbox (800×600) with testPage written
+// to /workspace/page.html.
+func browserSandbox(t *testing.T) (*testserver.Server, string) {
+	t.Helper()
+	testenv.RequireChromium(t)
+	srv := testserver.Start(t, testserver.Options{})
+	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser",
+		"browser": map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}})
+	want(t, r, 200)
+	id := r.body["sandbox_id"].(string)
+	w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=120", nil)
+	if w.body["status"] != "ready" {
+		t.Fatalf("browser sandbox: %s", w.raw)
+	}
+	want(t, call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
+		"content": base64.StdEncoding.EncodeToString([]byte(testPage))}), 200)
+	return srv, id
 }

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -33,21 +32,7 @@ func TestCleanupRules(t *testing.T) {
 	beating := createReady(t, srv, map[string]any{"memory": "128Mi"})
 	want(t, call(t, srv, "POST", "/sandboxes/"+beating+"/heartbeat", nil), 200)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a registry that never answers
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	r = call(t, srv, "POST", "/sandboxes", map[string]any{"image": ln.Addr().String() + "/stuck:1", "block_network": true, "timeout": 1})
+	r = call(t, srv, "POST", "/sandboxes", map[string]any{"image": stuckRegistry(t) + "/stuck:1", "block_network": true, "timeout": 1})
 	want(t, r, 200)
 	pending := r.body["sandbox_id"].(string)
 

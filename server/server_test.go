@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -408,23 +409,7 @@ func TestFileOpsOnFailedSandbox(t *testing.T) {
 
 func TestWaitTimeout408(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{})
-	// A registry that accepts connections and never answers keeps the
-	// sandbox pending for as long as the test needs.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": ln.Addr().String() + "/stuck:latest", "block_network": true})
+	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": stuckRegistry(t) + "/stuck:latest", "block_network": true})
 	want(t, r, 200)
 	id := r.body["sandbox_id"].(string)
 	start := time.Now()
@@ -443,4 +428,36 @@ func TestWaitTimeout408(t *testing.T) {
 	// The SDK deletes after a 408; the pending create is abandoned.
 	want(t, call(t, srv, "DELETE", "/sandboxes/"+id, nil), 200)
 	want(t, call(t, srv, "GET", "/sandboxes/"+id, nil), 404)
+}
+
+// stuckRegistry is the address of a registry that accepts connections and
+// never answers: a sandbox pulling from it stays pending as long as a test
+// needs.
+func stuckRegistry(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex // guards conns
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String()
 }
