@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -9,8 +8,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 )
-
-var jsonUnmarshal = json.Unmarshal
 
 var ginParam = regexp.MustCompile(`:([a-zA-Z_]+)`)
 

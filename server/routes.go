@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	goruntime "runtime"
@@ -79,13 +80,18 @@ func (s *Server) health(c *gin.Context) error {
 	return nil
 }
 
-func sandboxJSON(r store.Sandbox) api.Sandbox {
-	var exp *float64
+func (s *Server) sandboxJSON(r store.Sandbox) api.Sandbox {
+	// The hard cap on the sandbox's age (SANDBOX_TTL_HOURS, or its own ttl_seconds).
+	ttl := s.mgr.Config().SandboxTTL.Seconds()
+	if r.TTLSeconds > 0 {
+		ttl = float64(r.TTLSeconds)
+	}
+	exp := r.CreatedAt + ttl
 	return api.Sandbox{
 		SandboxID: r.ID, Namespace: r.Namespace, Image: r.Image, PodName: "sandbox-" + r.ID,
 		BlockNetwork: r.BlockNetwork, CPU: r.CPU, Memory: r.Memory, CreatedAt: r.CreatedAt,
 		Ready: r.Ready, Status: r.Status, StatusMessage: r.StatusMessage, Kind: r.Kind,
-		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: exp,
+		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: &exp,
 	}
 }
 
@@ -137,7 +143,7 @@ func (s *Server) createSandbox(c *gin.Context) error {
 
 func jsonInput(raw []byte) any {
 	var v any
-	_ = jsonUnmarshal(raw, &v)
+	_ = json.Unmarshal(raw, &v)
 	return v
 }
 
@@ -161,7 +167,7 @@ func (s *Server) listSandboxes(c *gin.Context) error {
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(recs))}
 	for _, r := range recs {
-		out.Sandboxes = append(out.Sandboxes, sandboxJSON(r))
+		out.Sandboxes = append(out.Sandboxes, s.sandboxJSON(r))
 	}
 	c.JSON(http.StatusOK, out)
 	return nil
@@ -172,7 +178,7 @@ func (s *Server) getSandbox(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, sandboxJSON(rec))
+	c.JSON(http.StatusOK, s.sandboxJSON(rec))
 	return nil
 }
 
@@ -185,7 +191,7 @@ func (s *Server) waitSandbox(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, sandboxJSON(rec))
+	c.JSON(http.StatusOK, s.sandboxJSON(rec))
 	return nil
 }
 

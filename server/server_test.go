@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -232,6 +233,9 @@ func TestSandboxLifecycleSDKSequence(t *testing.T) {
 	want(t, g, 200)
 	if g.body["pod_name"] != "sandbox-sdk-seq" || g.body["cpu"] != "1" || g.body["memory"] != "512Mi" || g.body["ready"] != true {
 		t.Fatalf("get: %s", g.raw)
+	}
+	if exp, _ := g.body["expires_at"].(float64); math.Abs(exp-g.body["created_at"].(float64)-2*3600) > 0.01 {
+		t.Fatalf("expires_at is not created_at + the 2 h TTL: %s", g.raw)
 	}
 	if r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "sandbox_id": id}); r.status != 409 {
 		t.Fatalf("duplicate id: %d %s", r.status, r.raw)

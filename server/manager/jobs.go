@@ -268,7 +268,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 		m.mu.Unlock()
 	}()
 	bg := context.Background()
-	publish := func() { _ = m.st.Publish(bg, jobTopic(job.JobID)) }
+	publish := func() { _ = m.st.Publish(bg, store.JobTopic(job.JobID)) }
 
 	h, err := m.lock(ctx, rec.ID, func(err error) { cancel(err) })
 	if err != nil {
@@ -374,8 +374,6 @@ func joinLines(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-func jobTopic(id string) string { return store.JobTopic(id) }
 
 func (m *Manager) oomKills(id string) (uint64, bool) {
 	c, ok := m.rt.(runtime.OOMCounter)

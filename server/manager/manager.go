@@ -372,7 +372,7 @@ next:
 	return out, nil
 }
 
-// ErrWaitTimeout is returned by Wait when the sandbox did not become ready in time.
+// errWaitTimeout is Wait's 408 when the sandbox did not become ready in time.
 func errWaitTimeout(id string, timeout int) *faults.Error {
 	return faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox,
 		"Sandbox %s did not become ready within %ds", id, timeout).WithStatus(408)
