@@ -22,6 +22,7 @@ type Config struct {
 	Store       string // --store / ORCHARD_STORE: memory | redis (USE_REDIS=true also selects redis)
 	RedisURL    string // REDIS_URL: redis://[user:pass@]host:port[/db], rediss:// for TLS
 	RedisPrefix string // REDIS_PREFIX / ORCHARD_REDIS_PREFIX: key prefix, so several servers can share one Redis
+	RedisCACert string // REDIS_CA_CERT: PEM file of CAs trusted for rediss:// besides the system roots
 	AgentPath   string // ORCHARD_AGENT: the agent binary when not embedded
 	LogLevel    string // LOG_LEVEL
 	LogFormat   string // LOG_FORMAT: json | text
@@ -112,6 +113,7 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	str("REDIS_URL", &cfg.RedisURL)
 	str("REDIS_PREFIX", &cfg.RedisPrefix)
 	str("ORCHARD_REDIS_PREFIX", &cfg.RedisPrefix)
+	str("REDIS_CA_CERT", &cfg.RedisCACert)
 	if p := getenv("REDIS_PASSWORD"); p != "" && cfg.RedisURL != "" && !strings.Contains(cfg.RedisURL, "@") {
 		// Orchard deployments pass the password apart from the URL.
 		scheme, rest, _ := strings.Cut(cfg.RedisURL, "://")

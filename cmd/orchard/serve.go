@@ -175,7 +175,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 		return memory.New(), func() {}, nil
 	}
 	redis.RouteClientLogs(log)
-	st, err := redis.New(ctx, redis.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Logger: log})
+	st, err := redis.New(ctx, redis.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, CAFile: cfg.RedisCACert, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)
 	}

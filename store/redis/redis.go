@@ -22,11 +22,13 @@ package redis
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -71,6 +73,11 @@ type Config struct {
 	// Logger receives connection loss and recovery of the event
 	// subscriber; slog.Default() if nil.
 	Logger *slog.Logger
+	// CAFile is a PEM bundle of CA certificates trusted for a rediss://
+	// URL in addition to the system roots, for a Redis whose certificate a
+	// private CA issued. Setting it with a redis:// URL is a
+	// misconfiguration: TLS would silently not be used.
+	CAFile string
 }
 
 // Store is a store.Store backed by Redis. It is safe for concurrent use;
@@ -90,8 +97,9 @@ var (
 )
 
 // New connects to Redis, checks it answers, and starts the shared event
-// subscriber. An invalid URL is platform.misconfigured; an unreachable
-// Redis is platform.store_unavailable.
+// subscriber. An invalid URL or CA file is platform.misconfigured; an
+// unreachable Redis, or one whose TLS certificate does not verify, is
+// platform.store_unavailable.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	opt, err := goredis.ParseURL(cfg.URL)
 	if err != nil {
@@ -109,6 +117,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		opt.MaxRetries = 1
 	}
 	opt.DialerRetries = 1
+	if cfg.CAFile != "" {
+		if err := trustCAFile(opt, cfg.CAFile); err != nil {
+			return nil, faults.Wrap(err, faults.CodeMisconfigured, faults.Internal, faults.Platform,
+				"invalid Redis CA certificate configuration").WithRetryable(false)
+		}
+	}
 	opt.ContextTimeoutEnabled = true
 	// Maintenance notifications are for managed clusters that move
 	// endpoints; a plain Redis rejects them and they add a goroutine.
@@ -126,6 +140,27 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.sub = newSubscriber(s)
 	return s, nil
+}
+
+// trustCAFile adds the certificates of the PEM file at path to the roots
+// that verify the server of a TLS connection.
+func trustCAFile(opt *goredis.Options, path string) error {
+	if opt.TLSConfig == nil {
+		return errors.New("a Redis CA file is set but the URL is not rediss://")
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read Redis CA file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("no PEM certificate in Redis CA file %s", path)
+	}
+	opt.TLSConfig.RootCAs = pool
+	return nil
 }
 
 // Close stops the event subscriber and closes every connection. Calls after
