@@ -1,0 +1,335 @@
+package server_test
+
+import (
+	"bufio"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testserver"
+)
+
+// Browser-sandbox benchmarks through the REST API: one RL step, many
+// sandboxes stepping at once, cold ready time and memory per sandbox.
+// docs/benchmarks.md records the figures and the commands.
+
+// browserStep is one RL step on testPage: a click by coordinates on the
+// button, then a JPEG observation with set-of-marks.
+var browserStep = map[string]any{
+	"actions": []map[string]any{{"type": "click", "x": 200, "y": 140}},
+	"observe": map[string]any{"screenshot": "jpeg", "som": true},
+}
+
+// benchBrowser creates a browser sandbox (800×600), waits for it, writes
+// testPage to /workspace/page.html and navigates to it. It returns the
+// sandbox id and the time from POST /sandboxes to ready.
+func benchBrowser(b testing.TB, srv *testserver.Server, memory string) (string, time.Duration) {
+	b.Helper()
+	body := map[string]any{"image": "host", "block_network": true, "kind": "browser",
+		"browser": map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}}
+	if memory != "" {
+		body["memory"] = memory
+	}
+	t0 := time.Now()
+	code, r := post(b, srv, "/sandboxes", body)
+	if code != 200 {
+		b.Fatalf("create browser sandbox: %d %v", code, r)
+	}
+	id, _ := r["sandbox_id"].(string)
+	if w := getWait(b, srv, id); w["status"] != "ready" {
+		b.Fatalf("browser sandbox %s: %v", id, w)
+	}
+	ready := time.Since(t0)
+	if code, r := post(b, srv, "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
+		"content": base64.StdEncoding.EncodeToString([]byte(testPage))}); code != 200 {
+		b.Fatalf("write page: %d %v", code, r)
+	}
+	nav := map[string]any{"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}}}
+	if code, r := post(b, srv, "/sandboxes/"+id+"/browser/actions", nav); code != 200 || r["ok"] != true {
+		b.Fatalf("navigate: %d %v", code, r)
+	}
+	return id, ready
+}
+
+// step posts one action request and fails on anything but a successful
+// result. It returns the round trip and the daemon's own total_ms.
+func step(b testing.TB, srv *testserver.Server, id string, req map[string]any) (time.Duration, float64) {
+	t0 := time.Now()
+	code, r := post(b, srv, "/sandboxes/"+id+"/browser/actions", req)
+	d := time.Since(t0)
+	if code != 200 || r["ok"] != true {
+		b.Errorf("step on %s: %d %.400v", id, code, r)
+		return d, 0
+	}
+	timing, _ := r["timing"].(map[string]any)
+	total, _ := timing["total_ms"].(float64)
+	return d, total
+}
+
+// sandboxPSS sums Pss over every process in the sandbox's pids cgroup.
+func sandboxPSS(id string) (kb int64, procs int, err error) {
+	data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/orchard", id, "cgroup.procs"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, pid := range strings.Fields(string(data)) {
+		f, err := os.Open("/proc/" + pid + "/smaps_rollup")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+				v, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				kb += v
+				procs++
+				break
+			}
+		}
+		f.Close()
+	}
+	if procs == 0 {
+		return 0, 0, fmt.Errorf("no processes readable in sandbox %s", id)
+	}
+	return kb, procs, nil
+}
+
+// logPSS logs each process's Pss and Rss and its command line (shown with
+// -v), largest first.
+func logPSS(b testing.TB, id string) {
+	data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/orchard", id, "cgroup.procs"))
+	if err != nil {
+		b.Logf("pss: %v", err)
+		return
+	}
+	type row struct {
+		pss, rss int64
+		cmd      string
+	}
+	var rows []row
+	for _, pid := range strings.Fields(string(data)) {
+		rollup, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+		if err != nil {
+			continue
+		}
+		var r row
+		for _, line := range strings.Split(string(rollup), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			switch f[0] {
+			case "Pss:":
+				r.pss = v
+			case "Rss:":
+				r.rss = v
+			}
+		}
+		cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		r.cmd = strings.ReplaceAll(string(cmd), "\x00", " ")
+		if len(r.cmd) > 90 {
+			r.cmd = r.cmd[:90]
+		}
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.pss - a.pss) })
+	for _, r := range rows {
+		b.Logf("pss %6.1f MB  rss %6.1f MB  %s", float64(r.pss)/1024, float64(r.rss)/1024, r.cmd)
+	}
+}
+
+// BenchmarkBrowserStep: one RL step through POST /browser/actions, p50/p90.
+// "button" clicks the button (its handler changes the page, so the action
+// waits the settle quiet window); "blank" clicks where nothing reacts (the
+// settle wait ends at the idle window); "observe" is the observation alone;
+// "navigate" reloads the page by navigating to it. The API has no
+// per-request settle control: the daemon uses the browser package's
+// defaults. "memory" steps, then reports the PSS summed over the
+// sandbox's processes.
+func BenchmarkBrowserStep(b *testing.B) {
+	testenv.RequireChromium(b)
+	srv := testserver.Start(b, testserver.Options{})
+	id, _ := benchBrowser(b, srv, "1Gi")
+	cases := []struct {
+		name string
+		req  map[string]any
+	}{
+		{"button", browserStep},
+		{"blank", map[string]any{
+			"actions": []map[string]any{{"type": "click", "x": 700, "y": 550}},
+			"observe": map[string]any{"screenshot": "jpeg", "som": true}}},
+		{"observe", map[string]any{"observe": map[string]any{"screenshot": "jpeg", "som": true}}},
+		{"navigate", map[string]any{
+			"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}}}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for range 5 {
+				step(b, srv, id, c.req)
+			}
+			var rt []time.Duration
+			var daemon []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				d, total := step(b, srv, id, c.req)
+				rt = append(rt, d)
+				daemon = append(daemon, time.Duration(total*float64(time.Millisecond)))
+			}
+			b.StopTimer()
+			b.ReportMetric(ms(percentile(rt, 0.5)), "p50_ms")
+			b.ReportMetric(ms(percentile(rt, 0.9)), "p90_ms")
+			b.ReportMetric(ms(percentile(daemon, 0.5)), "daemon_p50_ms")
+		})
+	}
+	b.Run("memory", func(b *testing.B) {
+		for range b.N {
+			step(b, srv, id, browserStep)
+		}
+		b.StopTimer()
+		kb, n, err := sandboxPSS(id)
+		if err != nil {
+			b.Fatalf("pss: %v", err)
+		}
+		logPSS(b, id)
+		b.ReportMetric(float64(kb)/1024, "pss_MB")
+		b.ReportMetric(float64(n), "procs")
+	})
+}
+
+// BenchmarkBrowserConcurrent: 16 browser sandboxes (1 GiB each) each run
+// steps back to back for a fixed time; aggregate steps/s. The duration is
+// ORCHARD_BENCH_BROWSER_SECONDS (default 20) per iteration; the sandbox
+// count is ORCHARD_BENCH_BROWSERS (default 16).
+func BenchmarkBrowserConcurrent(b *testing.B) {
+	testenv.RequireChromium(b)
+	n := envInt("ORCHARD_BENCH_BROWSERS", 16)
+	dur := time.Duration(envInt("ORCHARD_BENCH_BROWSER_SECONDS", 20)) * time.Second
+	srv := testserver.Start(b, testserver.Options{})
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	t0 := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ids[i], _ = benchBrowser(b, srv, "1Gi")
+		})
+	}
+	wg.Wait()
+	b.Logf("%d browser sandboxes ready in %v", n, time.Since(t0).Round(time.Millisecond))
+	if b.Failed() {
+		b.FailNow()
+	}
+	for _, id := range ids { // warm every tab
+		step(b, srv, id, browserStep)
+	}
+	var steps atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var elapsed time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		deadline := start.Add(dur)
+		for _, id := range ids {
+			wg.Go(func() {
+				var mine []time.Duration
+				for time.Now().Before(deadline) {
+					d, _ := step(b, srv, id, browserStep)
+					mine = append(mine, d)
+					steps.Add(1)
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		elapsed += time.Since(start)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(steps.Load())/elapsed.Seconds(), "steps/s")
+	b.ReportMetric(ms(percentile(lat, 0.5)), "p50_ms")
+	b.ReportMetric(ms(percentile(lat, 0.9)), "p90_ms")
+	var total int64
+	for _, id := range ids {
+		kb, _, err := sandboxPSS(id)
+		if err != nil {
+			b.Logf("pss: %v", err)
+			continue
+		}
+		total += kb
+	}
+	b.ReportMetric(float64(total)/1024/float64(n), "pss_MB/sandbox")
+}
+
+// BenchmarkBrowserReady: cold browser sandbox, POST /sandboxes kind browser
+// then /wait until ready, one at a time; each is deleted (untimed) before
+// the next. first_obs is the time from POST to the first JPEG observation
+// answered by the sandbox's browser.
+func BenchmarkBrowserReady(b *testing.B) {
+	testenv.RequireChromium(b)
+	srv := testserver.Start(b, testserver.Options{})
+	body := func() map[string]any {
+		return map[string]any{"image": "host", "block_network": true, "kind": "browser", "memory": "1Gi",
+			"browser": map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}}
+	}
+	// One untimed sandbox first, so page-cache misses on Chromium's
+	// files do not count as the first sample.
+	code, r := post(b, srv, "/sandboxes", body())
+	if code != 200 {
+		b.Fatalf("create: %d %v", code, r)
+	}
+	getWait(b, srv, r["sandbox_id"].(string))
+	if err := del(srv, r["sandbox_id"].(string)); err != nil {
+		b.Fatal(err)
+	}
+	var ready, firstObs []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		code, r := post(b, srv, "/sandboxes", body())
+		if code != 200 {
+			b.Fatalf("create: %d %v", code, r)
+		}
+		id := r["sandbox_id"].(string)
+		if w := getWait(b, srv, id); w["status"] != "ready" {
+			b.Fatalf("browser sandbox %s: %v", id, w)
+		}
+		ready = append(ready, time.Since(t0))
+		// The first action served by the browser in the new sandbox.
+		if code, r := post(b, srv, "/sandboxes/"+id+"/browser/actions",
+			map[string]any{"observe": map[string]any{"screenshot": "jpeg"}}); code != 200 || r["ok"] != true {
+			b.Fatalf("first observation on %s: %d %.400v", id, code, r)
+		}
+		firstObs = append(firstObs, time.Since(t0))
+		b.StopTimer()
+		if err := del(srv, id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(percentile(ready, 0.5)), "p50_ms")
+	b.ReportMetric(ms(percentile(ready, 0.9)), "p90_ms")
+	b.ReportMetric(ms(percentile(ready, 1)), "max_ms")
+	b.ReportMetric(ms(percentile(firstObs, 0.5)), "first_obs_p50_ms")
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
