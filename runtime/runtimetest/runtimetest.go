@@ -114,18 +114,26 @@ func (s *suite) lifecycle(t *testing.T, rt runtime.Runtime) {
 	if err := rt.Delete(ctx, id); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, err := rt.Inspect(ctx, id); !faults.Is(err, faults.CodeSandboxNotFound) {
-		t.Fatalf("Inspect after Delete = %v; want %s", err, faults.CodeSandboxNotFound)
-	}
 	if err := rt.Delete(ctx, id); err != nil {
 		t.Fatalf("second Delete = %v; want nil", err)
 	}
-	list, err = rt.List(ctx)
+	s.checkGone(t, rt, id, "after Delete")
+}
+
+// checkGone asserts the runtime no longer knows id (Inspect, List) and
+// runs the backend's own leak check.
+func (s *suite) checkGone(t *testing.T, rt runtime.Runtime, id, when string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rt.Inspect(ctx, id); !faults.Is(err, faults.CodeSandboxNotFound) {
+		t.Fatalf("Inspect %s = %v; want %s", when, err, faults.CodeSandboxNotFound)
+	}
+	list, err := rt.List(ctx)
 	if err != nil {
-		t.Fatalf("List after Delete: %v", err)
+		t.Fatalf("List %s: %v", when, err)
 	}
 	if containsID(list, id) {
-		t.Fatalf("List after Delete still contains %s", id)
+		t.Fatalf("List %s still contains %s", when, id)
 	}
 	if s.opts.CheckGone != nil {
 		s.opts.CheckGone(t, id)
@@ -205,19 +213,7 @@ func (s *suite) badImage(t *testing.T, rt runtime.Runtime) {
 	if !strings.HasPrefix(e.Code, "image.") || e.Category == faults.Internal {
 		t.Fatalf("Create with image %q: %v (code %s, category %s); want a classified image error", sp.Image, err, e.Code, e.Category)
 	}
-	if _, err := rt.Inspect(context.Background(), id); !faults.Is(err, faults.CodeSandboxNotFound) {
-		t.Fatalf("Inspect after failed Create = %v; want %s", err, faults.CodeSandboxNotFound)
-	}
-	list, err := rt.List(context.Background())
-	if err != nil {
-		t.Fatalf("List: %v", err)
-	}
-	if containsID(list, id) {
-		t.Fatalf("List contains %s after its Create failed", id)
-	}
-	if s.opts.CheckGone != nil {
-		s.opts.CheckGone(t, id)
-	}
+	s.checkGone(t, rt, id, "after a failed Create")
 }
 
 func (s *suite) unknown(t *testing.T, rt runtime.Runtime) {
