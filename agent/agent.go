@@ -25,7 +25,9 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/inject"
 )
 
 // DefaultSocket is where the agent listens inside a sandbox.
@@ -137,7 +139,11 @@ type Server struct {
 	reaper *reaper
 	// browser is the browser daemon of a browser sandbox; nil otherwise.
 	browser *browserProc
-	mux     *http.ServeMux
+	// egress is the network-enabled sandbox's proxy; nil without network.
+	egress *egressState
+	// inject is the sandbox's fault plan; nil without one.
+	inject *inject.Injector
+	mux    *http.ServeMux
 
 	// mu guards closing and the Add side of handlers, so that no handler
 	// starts once shutdown waits for them.
@@ -174,6 +180,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /files/list", s.handleList)
 	s.route("POST /patch", s.handlePatch)
 	s.route("/browser/", s.handleBrowser)
+	s.route("POST "+egress.TunnelPath, s.handleTunnel)
+	s.route("GET /egress/log", s.handleNetwork)
 	s.route("/", s.handleUnknown)
 	return s, nil
 }
@@ -324,6 +332,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	threads := fs.Int("reserve-threads", 0, "OS threads to make at start (see reserveThreads)")
 	kind := fs.String("kind", "shell", "sandbox kind: shell or browser")
 	kindOptions := fs.String("kind-options", "{}", "the kind's settings (JSON)")
+	egressListen := fs.String("egress-proxy", "", "serve the sandbox's HTTP proxy on this address (network-enabled sandboxes)")
+	egressDirect := fs.Bool("egress-direct", false, "dial from inside the sandbox instead of through the server's tunnel")
+	egressAllow := fs.String("egress-allow", "", "with --egress-direct: comma-separated host patterns to allow (empty: all)")
+	faultPlan := fs.String("faults", "", "fault plan (JSON) to inject, for testing attribution")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -338,6 +350,24 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	}
 	if *threads > 0 {
 		reserveThreads(*threads)
+	}
+	if *faultPlan != "" {
+		var plan faults.Plan
+		if err := json.Unmarshal([]byte(*faultPlan), &plan); err != nil {
+			s.Close()
+			return fmt.Errorf("fault plan: %w", err)
+		}
+		if err := plan.Validate(); err != nil {
+			s.Close()
+			return fmt.Errorf("fault plan: %w", err)
+		}
+		s.inject = inject.New(&plan, 0)
+	}
+	if *egressListen != "" {
+		if err := s.startEgress(ctx, EgressConfig{Listen: *egressListen, Direct: *egressDirect, Allow: parseAllow(*egressAllow)}); err != nil {
+			s.Close()
+			return err
+		}
 	}
 	if *kind == "browser" {
 		// The sandbox is ready when its browser is: start it before serving.

@@ -41,15 +41,38 @@ type BrowserOptions struct {
 	Headless          *bool            `json:"headless,omitempty"`
 	AutoAcceptDialogs bool             `json:"auto_accept_dialogs,omitempty"`
 	FocusNewTabs      bool             `json:"focus_new_tabs,omitempty"`
+	// ProxyServer is the sandbox's egress proxy, set by the agent.
+	ProxyServer string `json:"proxy_server,omitempty"`
+	// Timeouts of the layers below an action, in milliseconds (0: the
+	// browser package's defaults): one protocol call (a browser that does
+	// not answer within it is probed and, when hung, restarted), a page
+	// load, and the settle wait after an action.
+	CallTimeoutMS       int `json:"call_timeout_ms,omitempty"`
+	NavigationTimeoutMS int `json:"navigation_timeout_ms,omitempty"`
+	SettleTimeoutMS     int `json:"settle_timeout_ms,omitempty"`
+	// NavigationRetry retries page loads that fail with retryable site or
+	// network errors.
+	NavigationRetry *browser.RetryPolicy `json:"navigation_retry,omitempty"`
 }
 
 func (o BrowserOptions) session(log *slog.Logger) browser.Options {
-	return browser.Options{
+	bo := browser.Options{
 		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
 		Headless: o.Headless, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, Logger: log,
 		// GET /browser/cdp proxies to it.
 		DevTools: true,
 	}
+	bo.CallTimeout = time.Duration(o.CallTimeoutMS) * time.Millisecond
+	bo.NavigationTimeout = time.Duration(o.NavigationTimeoutMS) * time.Millisecond
+	bo.SettleTimeout = time.Duration(o.SettleTimeoutMS) * time.Millisecond
+	if o.NavigationRetry != nil {
+		bo.NavigationRetry = *o.NavigationRetry
+	}
+	if o.ProxyServer != "" {
+		bo.ProxyServer = "http://" + o.ProxyServer
+		bo.Evidence = evidenceClient(o.ProxyServer)
+	}
+	return bo
 }
 
 // BrowserMain is `orchard-agent browser --socket PATH --options JSON`: it
@@ -90,7 +113,17 @@ func BrowserMain(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("browser daemon: %w", err)
 	}
-	srv := &http.Server{Handler: st.track(sess, browserHandler(sess, log)), ReadHeaderTimeout: readHeaderTimeout}
+	// A request that finds the browser dead ends the daemon at once, so
+	// the agent restarts it before the caller's next step.
+	dead := make(chan struct{})
+	var deadOnce sync.Once
+	h := st.track(sess, browserHandler(sess, log))
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if sess.Err() != nil {
+			deadOnce.Do(func() { close(dead) })
+		}
+	}), ReadHeaderTimeout: readHeaderTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	t := time.NewTicker(250 * time.Millisecond)
@@ -102,6 +135,13 @@ func BrowserMain(ctx context.Context, args []string) error {
 			return nil
 		case err := <-errc:
 			return err
+		case <-dead:
+			// Shutdown, not Close: the request that found the browser dead
+			// is still writing its answer.
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
+			return sess.Err()
 		case <-t.C:
 			if err := sess.Err(); err != nil {
 				_ = srv.Close()
@@ -124,6 +164,22 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "pid": sess.PID()})
+	})
+	mux.HandleFunc("POST "+injectPath, func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		switch r.URL.Query().Get("kind") {
+		case faults.InjectBrowserCrash:
+			err = sess.InjectCrash()
+		case faults.InjectHang:
+			err = sess.InjectHang()
+		default:
+			err = errInvalidInject
+		}
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /browser/actions", func(w http.ResponseWriter, r *http.Request) {
 		var req browser.Request
@@ -263,6 +319,16 @@ type browserProc struct {
 const browserStartTimeout = 60 * time.Second
 
 func (s *Server) startBrowser(ctx context.Context, opts string) (*browserProc, error) {
+	if s.egress != nil {
+		// Chromium goes through the sandbox's proxy like every command.
+		var m map[string]any
+		if err := json.Unmarshal([]byte(opts), &m); err != nil || m == nil {
+			m = map[string]any{}
+		}
+		m["proxy_server"] = s.egress.ln.Addr().String()
+		b, _ := json.Marshal(m)
+		opts = string(b)
+	}
 	b := &browserProc{s: s, opts: opts, sock: browserSocket}
 	if s.cfg.BrowserSocket != "" {
 		b.sock = s.cfg.BrowserSocket
@@ -399,6 +465,9 @@ func (s *Server) handleBrowser(w http.ResponseWriter, r *http.Request) error {
 	if s.browser == nil {
 		return faults.Wrap(errNoBrowser, faults.CodeKindUnsupported, faults.InvalidRequest, faults.Client,
 			"this sandbox has no browser (create it with kind \"browser\")")
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/browser/actions" {
+		s.stepFault(w, faults.InjectBrowserCrash, faults.InjectHang, faults.InjectAgentKill)
 	}
 	s.browser.ServeHTTP(w, r)
 	return nil

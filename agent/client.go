@@ -263,3 +263,16 @@ func (c *Client) HTTP() (*url.URL, http.RoundTripper) {
 	}
 	return u, c.tr
 }
+
+// DialRaw opens a bare connection to the agent at addr ("unix:/path" or
+// "http://host:port"), for protocols that upgrade it (the egress tunnel).
+func DialRaw(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		return d.DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix:"))
+	case strings.HasPrefix(addr, "http://"):
+		return d.DialContext(ctx, "tcp", strings.TrimPrefix(addr, "http://"))
+	}
+	return nil, fmt.Errorf("agent address %q: want unix:/path or http://host:port", addr)
+}

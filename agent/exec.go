@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/orchard/orchard/api"
@@ -29,8 +30,16 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxOutputBytes > 0 {
 		maxOut = req.MaxOutputBytes
 	}
+	argv := shellArgv(req.Command, req.LoginShell)
+	if s.stepFault(w, faults.InjectAgentKill, faults.InjectOOM) == faults.InjectOOM {
+		// The step's command becomes a process that outgrows the memory
+		// limit, so the kernel kills it as it would a real one.
+		if exe, err := os.Executable(); err == nil {
+			argv = []string{exe, "hog"}
+		}
+	}
 	spec := runSpec{
-		argv:        shellArgv(req.Command, req.LoginShell),
+		argv:        argv,
 		dir:         commandDir(req.Cwd, s.cfg.Cwd),
 		env:         commandEnv(s.cfg.Env, req.Env),
 		timeout:     timeout,

@@ -47,6 +47,18 @@ type CreateSandboxRequest struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	TTLSeconds *int              `json:"ttl_seconds,omitempty"`
+	// Egress limits a network-enabled sandbox to some hosts.
+	Egress *Egress `json:"egress,omitempty"`
+	// Faults is a fault plan ({"faults": [...]}) injected into the
+	// sandbox, for testing the layers that attribute failures.
+	Faults json.RawMessage `json:"faults,omitempty"`
+}
+
+// Egress is the `egress` object of a create request.
+type Egress struct {
+	// Allow lists host patterns ("example.com", "*.wikipedia.org"); empty
+	// allows every public host.
+	Allow []string `json:"allow"`
 }
 
 // CreateSandboxResponse is the body POST /sandboxes answers with.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/retry"
 )
 
 // Action types (the "type" of an Action).
@@ -81,6 +83,45 @@ type Action struct {
 	// Strict refuses the action (action.stale_frame) when Frame is not the
 	// tab's latest observation of the current page.
 	Strict bool `json:"strict,omitempty"`
+	// Retry overrides the session's navigation retry policy for this
+	// navigate, reload, back or forward.
+	Retry *RetryPolicy `json:"retry,omitempty"`
+}
+
+// RetryPolicy retries a page load that failed with a retryable error (a
+// site's 5xx or 429, a reset, a timeout, a resolver that could not answer);
+// a policy error, a 4xx or a name that does not exist is never retried.
+type RetryPolicy struct {
+	// Attempts counts the first try; 0 or 1 means no retry.
+	Attempts int `json:"attempts"`
+	// InitialMS and MaxMS bound the exponential backoff (full jitter)
+	// between attempts; defaults 500 and 5000.
+	InitialMS int `json:"initial_ms,omitempty"`
+	MaxMS     int `json:"max_ms,omitempty"`
+	// BudgetMS caps all attempts and waits together; 0 = no cap.
+	BudgetMS int `json:"budget_ms,omitempty"`
+}
+
+func (r RetryPolicy) policy() retry.Policy {
+	p := retry.Policy{Attempts: max(r.Attempts, 1), Initial: 500 * time.Millisecond, Max: 5 * time.Second,
+		Budget: time.Duration(r.BudgetMS) * time.Millisecond}
+	if r.InitialMS > 0 {
+		p.Initial = time.Duration(r.InitialMS) * time.Millisecond
+	}
+	if r.MaxMS > 0 {
+		p.Max = time.Duration(r.MaxMS) * time.Millisecond
+	}
+	return p
+}
+
+// isLoad reports the actions a retry policy repeats: loads of the current
+// tab (a new_tab is not repeated, or each attempt would open another tab).
+func isLoad(typ string) bool {
+	switch typ {
+	case ActNavigate, ActReload, ActBack, ActForward:
+		return true
+	}
+	return false
 }
 
 // actionJSON is Action without its methods, plus "path", whose type
@@ -141,6 +182,13 @@ type Result struct {
 	Error *faults.Info `json:"error,omitempty"`
 	// DurationMS is the action's time including its settle wait.
 	DurationMS float64 `json:"duration_ms"`
+	// Injected is the fault a fault plan injected into this action, with
+	// the attribution a correct system gives it.
+	Injected *faults.Truth `json:"injected,omitempty"`
+	// Attempts is how many times a page load was tried (with a retry
+	// policy); Retries lists every attempt when there was more than one.
+	Attempts int             `json:"attempts,omitempty"`
+	Retries  []retry.Attempt `json:"retries,omitempty"`
 }
 
 // Do runs actions in order on the active tab and stops at the first that
@@ -153,8 +201,31 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 	results := make([]Result, 0, len(actions))
 	for _, a := range actions {
 		start := time.Now()
-		err := s.do(ctx, a)
-		r := Result{Type: a.Type, OK: err == nil, DurationMS: msSince(start)}
+		var injected *faults.Truth
+		attempt := func(ctx context.Context, _ int) error {
+			at := time.Now()
+			err := s.do(ctx, a)
+			var inj *faults.Truth
+			err, inj = s.withEvidence(ctx, a, at, err)
+			if inj != nil {
+				injected = inj
+			}
+			return err
+		}
+		var err error
+		var tries retry.Result
+		if rp := s.retryPolicy(a); rp.Attempts > 1 && isLoad(a.Type) {
+			tries, err = retry.Do(ctx, rp, attempt)
+		} else {
+			err = attempt(ctx, 1)
+		}
+		r := Result{Type: a.Type, OK: err == nil, DurationMS: msSince(start), Injected: injected}
+		if n := tries.Count(); n > 0 {
+			r.Attempts = n
+			if n > 1 {
+				r.Retries = tries.Attempts
+			}
+		}
 		if err == nil {
 			results = append(results, r)
 			continue
@@ -173,6 +244,60 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 		return results, nil
 	}
 	return results, nil
+}
+
+func (s *Session) retryPolicy(a Action) retry.Policy {
+	p := s.opts.NavigationRetry.policy()
+	if a.Retry != nil {
+		p = a.Retry.policy()
+	}
+	// A dead browser is its owner's to restart: retrying the load in it
+	// cannot help.
+	p.Retryable = func(err error) bool { return faults.IsRetryable(err) && s.Err() == nil }
+	return p
+}
+
+// withEvidence attributes a failed page load by what the egress proxy saw:
+// Chromium reports a failed CONNECT only as "tunnel failed" and shows the
+// proxy's own error page like a site's, while the proxy classified the
+// failure where it happened. It also returns the fault a plan injected.
+func (s *Session) withEvidence(ctx context.Context, a Action, since time.Time, err error) (error, *faults.Truth) {
+	if s.opts.Evidence == nil {
+		return err, nil
+	}
+	raw := a.URL
+	switch a.Type {
+	case ActNavigate, ActNewTab:
+	case ActReload, ActBack, ActForward:
+		if err == nil {
+			return nil, nil
+		}
+		if t, terr := s.activeTab(ctx); terr == nil {
+			t.mu.Lock()
+			raw = t.url
+			t.mu.Unlock()
+		}
+	default:
+		return err, nil
+	}
+	if raw == "" {
+		return err, nil
+	}
+	u, perr := url.Parse(normalizeURL(raw))
+	if perr != nil || u.Hostname() == "" {
+		return err, nil
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	fe, truth := s.opts.Evidence(ectx, u.Hostname(), since)
+	// The proxy's record of a connection the browser itself gave up on
+	// (client.canceled) says nothing about the site.
+	if err != nil && fe != nil && fe.Source != faults.Client {
+		if f := faults.Of(err); f.Source == faults.Site || f.Source == faults.Network || f.Category == faults.Timeout {
+			err = fe
+		}
+	}
+	return err, truth
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -73,6 +73,9 @@ func (s *Session) classify(ctx context.Context, t *tab, what string, err error) 
 		cause := context.Cause(ctx)
 		switch {
 		case errors.Is(cause, errCallTimeout):
+			if s.hung() {
+				return s.markHung(err)
+			}
 			return faults.Wrap(err, faults.CodeBrowserTimeout, faults.Timeout, faults.Browser,
 				what+": the browser did not answer in time")
 		case errors.Is(cause, errDialogOpen):

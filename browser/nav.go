@@ -45,12 +45,28 @@ func (s *Session) navigate(ctx context.Context, t *tab, raw string) error {
 	downloads := len(s.Downloads())
 
 	cctx, cancel := t.callCtx(ctx, s.opts.NavigationTimeout, errTabCrashed)
+	// Page.navigate answers once the response starts, which a slow site
+	// delays for long; a browser that stopped answering must not wait that
+	// long to be found out.
+	watch := time.AfterFunc(s.opts.CallTimeout, func() {
+		if s.hung() {
+			s.markHung(errors.New("no answer to a navigation"))
+		}
+	})
 	res, err := cdp.Call(cctx, t.target, page.Navigate, page.NavigateParams{URL: u})
+	watch.Stop()
 	cause := context.Cause(cctx)
 	cancel()
 	if err != nil {
 		if errors.Is(cause, errDialogOpen) && ctx.Err() == nil {
 			return nil // a beforeunload dialog holds the navigation; the observation shows it
+		}
+		if errors.Is(cause, errCallTimeout) && ctx.Err() == nil && s.crashError() == nil {
+			if s.hung() {
+				return s.markHung(err)
+			}
+			s.stopLoading(t)
+			return errNavTimeout(u, s.opts.NavigationTimeout) // the site, not the browser
 		}
 		return s.classify(cctx, t, "navigate", err)
 	}
@@ -97,10 +113,21 @@ func (s *Session) navigate(ctx context.Context, t *tab, raw string) error {
 		}
 	}
 	if !loaded {
+		s.stopLoading(t)
 		return errNavTimeout(u, s.opts.NavigationTimeout)
 	}
 	t.settle(ctx, s.opts.SettleTimeout)
 	return nil
+}
+
+// stopLoading ends a load that missed its deadline, so that it cannot
+// commit (or abort the next navigation) after the step has failed.
+func (s *Session) stopLoading(t *tab) {
+	ctx, cancel := t.callCtx(context.Background(), s.opts.CallTimeout)
+	defer cancel()
+	if _, err := cdp.Call(ctx, t.target, page.StopLoading, cdp.Empty{}); err != nil {
+		s.log.Debug("stop loading", "error", err)
+	}
 }
 
 func (s *Session) reload(ctx context.Context, t *tab) error {

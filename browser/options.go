@@ -1,10 +1,13 @@
 package browser
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os/exec"
 	"time"
+
+	"github.com/orchard/orchard/faults"
 )
 
 // Viewport is a size in CSS pixels.
@@ -34,6 +37,11 @@ type Options struct {
 	Headless *bool
 	// ProxyServer routes all traffic through a proxy ("http://127.0.0.1:3128").
 	ProxyServer string
+	// Evidence reports what the proxy saw of host since a time: a failure
+	// (classified where it happened) and the fault injected, if any. A
+	// navigation that failed as "tunnel failed" or with the proxy's own
+	// error page is attributed by it. Nil without a proxy.
+	Evidence func(ctx context.Context, host string, since time.Time) (*faults.Error, *faults.Truth)
 	// DownloadDir receives downloads. Default /workspace/downloads.
 	DownloadDir string
 	// AutoAcceptDialogs accepts every JavaScript dialog as it opens. When
@@ -61,6 +69,9 @@ type Options struct {
 	// NavigationTimeout caps a navigate, back, forward or reload waiting for
 	// the load event. Default 30 s.
 	NavigationTimeout time.Duration
+	// NavigationRetry retries page loads that fail with a retryable error
+	// (per action: Action.Retry). Default: no retry.
+	NavigationRetry RetryPolicy
 	// CallTimeout caps any single protocol call. Default 10 s.
 	CallTimeout time.Duration
 	// LaunchTimeout caps starting the browser. Default 30 s (eight

@@ -147,3 +147,41 @@ const (
 	// finished (a replica died); the command's outcome is unknown.
 	CodeJobLost = "platform.job_lost"
 )
+
+// Egress: the per-sandbox proxy and the dialer behind it.
+const (
+	// CodeNetworkDNS: the resolver itself failed (timeout, SERVFAIL, no
+	// server reachable) — the network's fault, unlike CodeSiteDNS, where
+	// the resolver answered that the name does not exist.
+	CodeNetworkDNS = "network.dns"
+	// CodeEgressDenied: the host is not on the sandbox's egress allow-list.
+	CodeEgressDenied = "policy.egress_denied"
+	// CodeEgressPrivate: the host resolves to a loopback, link-local or
+	// private address, which sandboxes may not reach.
+	CodeEgressPrivate = "policy.egress_private"
+	// CodeEgressUnavailable: the sandbox's egress tunnel to the server is
+	// down (the server restarted, or is re-attaching).
+	CodeEgressUnavailable = "network.egress_unavailable"
+	// CodeSiteBlocked: the site answered with a bot wall or a CAPTCHA.
+	CodeSiteBlocked = "site.blocked"
+	// CodeSiteUnavailable: the site's circuit breaker is open after
+	// repeated failures; the request failed fast without reaching it.
+	CodeSiteUnavailable = "site.unavailable"
+	// CodeSiteRateLimited: the server's per-host rate limit held the
+	// request back longer than its deadline allows.
+	CodeSiteRateLimited = "site.rate_limited"
+)
+
+// Injected faults and the runtime's limits.
+const (
+	// CodeAgentDied: the sandbox's agent process died.
+	CodeAgentDied = "sandbox.agent_died"
+	// CodeExecKilled: the command was killed by a signal it did not send itself.
+	CodeExecKilled = "sandbox.exec_killed"
+	// CodeBrowserHung: the browser stopped answering and was restarted.
+	CodeBrowserHung = "browser.hung"
+	// CodeDesktopXDied: the X server of a desktop sandbox died.
+	CodeDesktopXDied = "desktop.x_server_died"
+	// CodeFaultPlanInvalid: a fault plan names an unknown kind or field.
+	CodeFaultPlanInvalid = "client.invalid_fault_plan"
+)

@@ -27,6 +27,11 @@ type Spec struct {
 	CPUQuantity    string `json:",omitempty"`
 	MemoryQuantity string `json:",omitempty"`
 	TTLSeconds     int    `json:",omitempty"`
+	// EgressAllow is the host allow-list of a network-enabled sandbox
+	// (empty: every public host). The server enforces it when it dials.
+	EgressAllow []string `json:",omitempty"`
+	// Faults is a fault plan (JSON) for the agent to inject.
+	Faults []byte `json:",omitempty"`
 }
 
 // Instance is a live (or dead) sandbox as the backend sees it.

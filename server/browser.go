@@ -37,6 +37,12 @@ func (s *Server) browserRoutes() []route {
 				{"full_page", "boolean", "", false}, {"width", "integer", "", false}},
 			handler: s.toAgent("/browser/screenshot")},
 		{method: "GET", path: "/sandboxes/:id/browser/tabs", summary: "Open tabs", response: map[string]any{}, handler: s.toAgent("/browser/tabs")},
+		{method: "GET", path: "/sandboxes/:id/browser/network", summary: "The sandbox's connection log (?format=har for HTTP Archive 1.2, ?since=ID for newer entries)",
+			query:    []queryParam{{"format", "string", "json or har", false}, {"since", "integer", "only entries with a larger id", false}},
+			response: map[string]any{}, handler: s.toAgent("/egress/log")},
+		{method: "GET", path: "/sandboxes/:id/network", summary: "The connection log of any network-enabled sandbox (as /browser/network)",
+			query:    []queryParam{{"format", "string", "json or har", false}, {"since", "integer", "only entries with a larger id", false}},
+			response: map[string]any{}, handler: s.toAgent("/egress/log")},
 		{method: "GET", path: "/sandboxes/:id/browser/cdp", summary: "WebSocket to the browser's DevTools protocol (Playwright connectOverCDP, chromedp, rod)",
 			ws: true, handler: s.toAgent("/browser/cdp")},
 		{method: "GET", path: "/sandboxes/:id/browser/cdp/json/version", summary: "DevTools discovery for the /browser/cdp WebSocket (webSocketDebuggerUrl)",
@@ -87,7 +93,7 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 		if err != nil {
 			return err
 		}
-		if rec.Kind != api.KindBrowser {
+		if rec.Kind != api.KindBrowser && !strings.HasPrefix(path, "/egress/") {
 			return faults.Newf(faults.CodeKindUnsupported, faults.InvalidRequest, faults.Client,
 				"sandbox %s is a %s sandbox; browser paths need kind \"browser\"", rec.ID, rec.Kind)
 		}
@@ -117,6 +123,10 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 			},
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				if c.Writer.Written() {
+					return
+				}
+				if d := s.mgr.DeathFault(c.Request.Context(), rec.ID); d != nil {
+					renderError(c, s.log, d)
 					return
 				}
 				renderError(c, s.log, faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox,

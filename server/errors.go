@@ -16,9 +16,11 @@ import (
 // renderError is the one place where errors become HTTP responses: status
 // from the category (or the compat override), body {"detail", "error"},
 // Retry-After on capacity and unavailability. Internal causes are logged,
-// never sent.
+// never sent. The error is attached to the request, where the metrics
+// middleware counts it.
 func renderError(c *gin.Context, log *slog.Logger, err error) {
 	f := faults.Of(err)
+	_ = c.Error(f)
 	status := f.StatusOf()
 	if status >= 500 && f.Category == faults.Internal {
 		log.Error("request failed", "request_id", c.GetString(requestIDKey), "path", c.FullPath(),

@@ -42,6 +42,7 @@ func (s *Server) recovery() gin.HandlerFunc {
 		defer func() {
 			if r := recover(); r != nil {
 				rid := c.GetString(requestIDKey)
+				_ = c.Error(faults.New(faults.CodeInternal, faults.Internal, faults.Platform, "panic in handler"))
 				s.log.Error("panic in handler", "request_id", rid, "path", c.FullPath(), "panic", r)
 				c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{
 					"error": "Internal server error", "detail": fmt.Sprint(r), "request_id": rid,

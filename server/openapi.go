@@ -58,6 +58,8 @@ func (s *Server) OpenAPI() map[string]any {
 		}
 		if r.ws {
 			responses["101"] = map[string]any{"description": "WebSocket upgrade"}
+		} else if r.produces != "" {
+			responses["200"] = map[string]any{"description": "OK", "content": map[string]any{r.produces: map[string]any{"schema": map[string]any{"type": "string"}}}}
 		} else {
 			var sch any = map[string]any{"type": "object"}
 			if r.response != nil {

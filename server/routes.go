@@ -12,8 +12,10 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/sitehealth"
 	"github.com/orchard/orchard/store"
 )
 
@@ -28,6 +30,8 @@ type route struct {
 	response     any  // 200 body type
 	query        []queryParam
 	handler      handlerFunc
+	// produces is the 200 media type when it is not JSON.
+	produces string
 }
 
 type queryParam struct {
@@ -40,7 +44,10 @@ func (s *Server) table() []route {
 		{method: "GET", path: "/", summary: "Service banner", public: true, response: map[string]string{}, handler: s.root},
 		{method: "GET", path: "/health", summary: "Liveness", public: true, response: map[string]string{}, handler: s.health},
 		{method: "GET", path: "/openapi.json", summary: "This document", public: true, response: map[string]any{}, handler: s.openapi},
+		{method: "GET", path: "/metrics", summary: "Prometheus metrics", public: true, produces: "text/plain", handler: s.serveMetrics},
 		{method: "GET", path: "/resources", summary: "Host capacity and sandbox usage", response: resources{}, handler: s.resources},
+		{method: "GET", path: "/sitehealth", summary: "Per-host circuit breakers and rate limits shared by all sandboxes",
+			response: siteHealthList{}, handler: s.siteHealth},
 		{method: "POST", path: "/sandboxes", summary: "Create a sandbox (returns at once, status pending)",
 			request: api.CreateSandboxRequest{}, response: api.CreateSandboxResponse{}, handler: s.createSandbox},
 		{method: "GET", path: "/sandboxes", summary: "List sandboxes",
@@ -95,6 +102,23 @@ func (s *Server) sandboxJSON(r store.Sandbox) api.Sandbox {
 	}
 }
 
+type siteHealthList struct {
+	Hosts []sitehealth.HostStatus `json:"hosts"`
+}
+
+func (s *Server) siteHealth(c *gin.Context) error {
+	out := siteHealthList{Hosts: []sitehealth.HostStatus{}}
+	if s.cfg.SiteHealth != nil {
+		hosts, err := s.cfg.SiteHealth.Status(c.Request.Context())
+		if err != nil {
+			return err
+		}
+		out.Hosts = append(out.Hosts, hosts...)
+	}
+	c.JSON(http.StatusOK, out)
+	return nil
+}
+
 func (s *Server) createSandbox(c *gin.Context) error {
 	raw := body(c)
 	var req api.CreateSandboxRequest
@@ -114,6 +138,22 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	}
 	if req.BlockNetwork != nil {
 		p.BlockNetwork = *req.BlockNetwork
+	}
+	if req.Egress != nil {
+		if err := egress.ValidatePatterns(req.Egress.Allow); err != nil {
+			return err
+		}
+		p.EgressAllow = req.Egress.Allow
+	}
+	if len(req.Faults) > 0 && string(req.Faults) != "null" {
+		var plan faults.Plan
+		if err := json.Unmarshal(req.Faults, &plan); err != nil {
+			return faults.Wrap(err, faults.CodeFaultPlanInvalid, faults.InvalidRequest, faults.Client, "faults: "+err.Error())
+		}
+		if err := plan.Validate(); err != nil {
+			return err
+		}
+		p.Faults, _ = json.Marshal(plan)
 	}
 	if req.SandboxID != nil {
 		p.ID = *req.SandboxID

@@ -12,7 +12,9 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/sitehealth"
 )
 
 // Version is the service version reported by GET / (Orchard reports 0.1.0).
@@ -26,6 +28,17 @@ type Config struct {
 	// MaxBodyBytes bounds every request body. Uploads travel base64 in
 	// JSON, so this also bounds the largest file (≈ 3/4 of it).
 	MaxBodyBytes int64
+	// Metrics receives the server's instrumentation and is served at
+	// GET /metrics; nil = a fresh registry of the server's own.
+	Metrics *metrics.Metrics
+	// SiteHealth reports the per-host circuit breakers at GET /sitehealth
+	// and in metrics; nil = no breaker (the route answers an empty list).
+	SiteHealth SiteHealth
+}
+
+// SiteHealth is what the server shows of the site breakers.
+type SiteHealth interface {
+	Status(ctx context.Context) ([]sitehealth.HostStatus, error)
 }
 
 // PTYDialer opens the agent side of a PTY session.
@@ -53,12 +66,29 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New()}
 	e := s.engine
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(requestID(), s.recovery())
+	cfg.Metrics.SetSandboxSource(s.sandboxCounts)
+	if cfg.SiteHealth != nil {
+		cfg.Metrics.SetBreakerSource(func(ctx context.Context) map[string]int {
+			hosts, err := cfg.SiteHealth.Status(ctx)
+			if err != nil {
+				return nil
+			}
+			n := map[string]int{}
+			for _, h := range hosts {
+				n[string(h.State)]++
+			}
+			return n
+		})
+	}
+	e.Use(requestID(), cfg.Metrics.Middleware(), s.recovery())
 	e.NoRoute(func(c *gin.Context) {
 		renderError(c, s.log, faults.New(faults.CodeRouteNotFound, faults.NotFound, faults.Client, "Not Found"))
 	})

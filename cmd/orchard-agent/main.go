@@ -17,6 +17,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	run := func() error { return agent.Main(ctx, os.Args[1:], os.Getenv) }
+	if len(os.Args) > 1 && os.Args[1] == "hog" {
+		agent.Hog()
+	}
 	if len(os.Args) > 1 && os.Args[1] == "browser" {
 		run = func() error { return agent.BrowserMain(ctx, os.Args[2:]) }
 	}

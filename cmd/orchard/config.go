@@ -12,6 +12,7 @@ import (
 
 	"github.com/orchard/orchard/server"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/sitehealth"
 )
 
 // Config is everything `orchard serve` reads: flags, then Orchard's
@@ -26,12 +27,20 @@ type Config struct {
 	AgentPath   string // ORCHARD_AGENT: the agent binary when not embedded
 	LogLevel    string // LOG_LEVEL
 	LogFormat   string // LOG_FORMAT: json | text
+	// EgressAllowPrivate lists private ranges (CIDR or address, comma
+	// separated) that network-enabled sandboxes may reach
+	// (EGRESS_ALLOW_PRIVATE); by default they reach public addresses only.
+	EgressAllowPrivate string
+	// EgressHosts pins host names to addresses for sandbox egress
+	// (EGRESS_HOSTS="site.test=10.0.0.5,..."), like curl --resolve.
+	EgressHosts string
 	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
 
-	Server  server.Config
-	Manager manager.Config
+	Server     server.Config
+	Manager    manager.Config
+	SiteHealth sitehealth.Config // SITE_BREAKER_FAILURES, SITE_BREAKER_OPEN_SECONDS, SITE_RATE_PER_SECOND, SITE_RATE_BURST
 }
 
 var keySplit = regexp.MustCompile(`[,\s]+`)
@@ -119,6 +128,12 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 		scheme, rest, _ := strings.Cut(cfg.RedisURL, "://")
 		cfg.RedisURL = scheme + "://:" + url.QueryEscape(p) + "@" + rest
 	}
+	str("EGRESS_ALLOW_PRIVATE", &cfg.EgressAllowPrivate)
+	str("EGRESS_HOSTS", &cfg.EgressHosts)
+	num("SITE_BREAKER_FAILURES", func(f float64) { cfg.SiteHealth.FailureThreshold = int(f) })
+	secs("SITE_BREAKER_OPEN_SECONDS", &cfg.SiteHealth.OpenFor, time.Second)
+	num("SITE_RATE_PER_SECOND", func(f float64) { cfg.SiteHealth.RatePerSecond = f })
+	num("SITE_RATE_BURST", func(f float64) { cfg.SiteHealth.Burst = int(f) })
 	str("LOG_LEVEL", &cfg.LogLevel)
 	str("LOG_FORMAT", &cfg.LogFormat)
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/agentbin"
+	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
 	"github.com/orchard/orchard/server/manager"
@@ -113,9 +114,21 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	cfg.Manager.DisableEgress = true
+	sites, err := newSiteHealth(cfg, st, log)
+	if err != nil {
+		return err
+	}
+	cfg.Server.SiteHealth = sites
+	hub, err := newEgressHub(cfg, sites, log)
+	if err != nil {
+		return err
+	}
+	defer hub.Close()
+	cfg.Manager.Egress = hub
 	cfg.Manager.Browser = true
 	cfg.Manager.AdoptOrphans = cfg.Store == "memory"
+	cfg.Server.Metrics = metrics.New()
+	cfg.Manager.OnRetry = cfg.Server.Metrics.ObserveRetry
 	agents := agent.NewPool(0)
 	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
 	if err := mgr.Recover(ctx); err != nil {

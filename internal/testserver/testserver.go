@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
@@ -65,6 +66,7 @@ type Server struct {
 	Runtime  *local.Local
 	StateDir string
 	HTTP     *httptest.Server
+	egress   *egress.Hub
 }
 
 // Options adjust the server.
@@ -76,6 +78,9 @@ type Options struct {
 	StateDir string
 	// Store is the state store; nil = a fresh memory store.
 	Store store.Store
+	// Egress is the dialer network-enabled sandboxes reach sites through;
+	// nil = public addresses only, names from the system resolver.
+	Egress *egress.Dialer
 }
 
 // Start starts a server and stops it (deleting its sandboxes) at cleanup.
@@ -94,7 +99,12 @@ func Start(t testing.TB, opts Options) *Server {
 		t.Fatalf("local runtime: %v", err)
 	}
 	mc := opts.Manager
-	mc.DisableEgress = true
+	dialer := opts.Egress
+	if dialer == nil {
+		dialer = &egress.Dialer{}
+	}
+	hub := egress.NewHub(dialer, agent.DialRaw, log)
+	mc.Egress = hub
 	mc.Browser = true
 	mc.AdoptOrphans = opts.Store == nil
 	if mc.CleanupInterval == 0 {
@@ -119,7 +129,7 @@ func Start(t testing.TB, opts Options) *Server {
 		return c, err
 	}, log).WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 	hs := httptest.NewServer(srv.Handler())
-	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs}
+	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs, egress: hub}
 	t.Cleanup(func() { s.Stop(t, true) })
 	return s
 }
@@ -135,6 +145,7 @@ func (s *Server) Stop(t testing.TB, remove bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_ = s.Manager.Shutdown(ctx)
+	s.egress.Close()
 	if remove {
 		insts, err := s.Runtime.List(ctx)
 		if err != nil {

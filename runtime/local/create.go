@@ -321,5 +321,13 @@ func agentArgs(spec runtime.Spec, pids int64) []string {
 	if len(spec.KindOptions) > 0 {
 		args = append(args, "--kind-options", string(spec.KindOptions))
 	}
+	if !spec.BlockNetwork {
+		// The sandbox's namespace has only loopback: the proxy hands every
+		// connection to the server through the tunnel it attaches.
+		args = append(args, "--egress-proxy", "127.0.0.1:3128") // agent.DefaultEgressProxy
+	}
+	if len(spec.Faults) > 0 {
+		args = append(args, "--faults", string(spec.Faults))
+	}
 	return args
 }

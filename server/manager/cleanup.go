@@ -154,6 +154,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, inst := range insts {
+		if inst.Alive && inst.Spec.ID != "" {
+			// Network-enabled sandboxes get their egress back at once.
+			m.attachEgress(inst.Spec, inst.AgentAddr)
+		}
 		if _, err := m.st.GetSandbox(ctx, inst.ID); err == nil {
 			continue
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/store"
 )
@@ -31,6 +32,12 @@ type Agent interface {
 	Download(ctx context.Context, path string) (api.FileContent, error)
 	List(ctx context.Context, path string) (api.FileList, error)
 	Patch(ctx context.Context, req api.AgentPatchRequest) (api.AgentPatchResult, error)
+}
+
+// Egress keeps network-enabled sandboxes' egress tunnels attached.
+type Egress interface {
+	Attach(id, agentAddr string, allow []string)
+	Detach(id string)
 }
 
 // Config holds the manager's settings; zero values take the defaults of
@@ -52,9 +59,12 @@ type Config struct {
 	ExecConnectRetryWindow  time.Duration // EXEC_CONNECT_RETRY_WINDOW
 	MaxConcurrentCreates    int           // MAX_CONCURRENT_CREATES
 	MaxOutputBytes          int64         // per stream, per job
-	// DisableEgress makes block_network:false creates fail with 501 until
-	// a runtime offers egress.
+	// DisableEgress makes block_network:false creates fail with 501 (a
+	// server with no way to give sandboxes network).
 	DisableEgress bool
+	// Egress attaches network-enabled sandboxes to the server's egress
+	// dialer; nil when the runtime gives sandboxes their own network.
+	Egress Egress
 	// Browser enables kind "browser" sandboxes (the runtime's images have
 	// Chromium and the agent drives it).
 	Browser bool
@@ -62,6 +72,9 @@ type Config struct {
 	// (their records died with an earlier process's memory store). Leave it
 	// off with a shared store, whose records outlive processes.
 	AdoptOrphans bool
+	// OnRetry observes each retry the manager makes (layer "create": a
+	// create the runtime refused for capacity); nil = none.
+	OnRetry func(layer string)
 	// ReplicaID names this server process among replicas sharing a store
 	// (leader election); default host-pid-random.
 	ReplicaID string
@@ -173,7 +186,15 @@ type CreateParams struct {
 	Env          map[string]string
 	Labels       map[string]string
 	TTLSeconds   int
+	// EgressAllow is the host allow-list of a network-enabled sandbox.
+	EgressAllow []string
+	// Faults is a validated fault plan (JSON) for the sandbox's agent.
+	Faults []byte
 }
+
+// maxOOMFaultMemory bounds the limit an injected oom fault fills: filling
+// a sandbox of many gigabytes would strain the host, not test anything.
+const maxOOMFaultMemory = 1 << 30
 
 // Create stores a pending record and starts the sandbox in the background.
 func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, error) {
@@ -187,6 +208,10 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	if !p.BlockNetwork && m.cfg.DisableEgress {
 		return store.Sandbox{}, faults.New(faults.CodeNetworkEgressOff, faults.NotImplemented, faults.Client,
 			"block_network=false needs sandbox egress, which this server does not offer yet; create with block_network=true")
+	}
+	if len(p.EgressAllow) > 0 && p.BlockNetwork {
+		return store.Sandbox{}, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client,
+			"egress.allow needs block_network=false")
 	}
 	if p.Image == "" {
 		p.Image = m.cfg.DefaultImage
@@ -207,6 +232,10 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	mem, err := ParseMemory(p.Memory)
 	if err != nil {
 		return store.Sandbox{}, faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "invalid memory: "+err.Error())
+	}
+	if len(p.Faults) > 0 && (mem == 0 || mem > maxOOMFaultMemory) && strings.Contains(string(p.Faults), `"kind":"oom"`) {
+		return store.Sandbox{}, faults.Newf(faults.CodeFaultPlanInvalid, faults.InvalidRequest, faults.Client,
+			"an oom fault needs a memory limit of at most %d MiB (the fault fills it)", maxOOMFaultMemory>>20)
 	}
 	generated := p.ID == ""
 	if generated {
@@ -239,6 +268,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem,
 		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
 		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
+		EgressAllow: p.EgressAllow, Faults: p.Faults,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
 	cctx, stop := context.WithTimeoutCause(pctx, time.Duration(p.Timeout)*time.Second,
@@ -262,14 +292,16 @@ func (m *Manager) start(ctx context.Context, cancel context.CancelCauseFunc, spe
 		m.mu.Unlock()
 	}()
 	log := m.log.With("sandbox_id", spec.ID)
-	inst, err := m.createWithSlot(ctx, spec)
+	inst, err := m.createWithRetry(ctx, spec)
 	if err == nil {
+		m.attachEgress(spec, inst.AgentAddr)
 		_, err = m.st.UpdateSandbox(context.Background(), spec.ID, func(r *store.Sandbox) error {
 			r.Ready, r.Status, r.StatusMessage, r.AgentAddr = true, api.StatusReady, "", inst.AgentAddr
 			return nil
 		})
 		if err != nil { // deleted while starting: nothing may be left behind
 			log.Info("sandbox deleted while starting; removing it")
+			m.detachEgress(spec.ID)
 			if derr := m.rt.Delete(context.Background(), spec.ID); derr != nil {
 				log.Error("remove sandbox", "err", derr)
 			}
@@ -288,6 +320,25 @@ func (m *Manager) start(ctx context.Context, cancel context.CancelCauseFunc, spe
 		})
 	}
 	_ = m.st.Publish(context.Background(), store.SandboxTopic(spec.ID))
+}
+
+// createRetry retries a create the runtime refused for capacity (a full
+// machine frees up as other sandboxes end) inside the create's deadline.
+var createRetry = retry.Policy{Attempts: 5, Initial: 500 * time.Millisecond, Max: 5 * time.Second,
+	Retryable: func(err error) bool { return faults.Of(err).Category == faults.Capacity }}
+
+func (m *Manager) createWithRetry(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
+	p := createRetry
+	p.OnRetry = func(attempt int, err error) {
+		m.log.Info("create refused for capacity; retrying", "sandbox_id", spec.ID, "attempt", attempt, "err", err)
+		if m.cfg.OnRetry != nil {
+			m.cfg.OnRetry("create")
+		}
+	}
+	inst, _, err := retry.DoValue(ctx, p, func(ctx context.Context, _ int) (runtime.Instance, error) {
+		return m.createWithSlot(ctx, spec)
+	})
+	return inst, err
 }
 
 func (m *Manager) createWithSlot(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
@@ -330,6 +381,34 @@ func (m *Manager) live(ctx context.Context, rec store.Sandbox) store.Sandbox {
 		rec.Fault = &f
 	}
 	return rec
+}
+
+// deathSettle is how long DeathFault waits for the runtime to notice a
+// sandbox whose agent just stopped answering: the exit of its first
+// process is seen within milliseconds.
+const deathSettle = time.Second
+
+// DeathFault explains a failed call to a sandbox's agent: the sandbox's
+// death fault (sandbox.died, sandbox.oom) when the runtime reports it
+// dead, nil while it lives.
+func (m *Manager) DeathFault(ctx context.Context, id string) *faults.Error {
+	deadline := time.Now().Add(deathSettle)
+	for {
+		inst, err := m.rt.Inspect(ctx, id)
+		if err == nil && !inst.Alive {
+			f := deathFault(inst.Reason)
+			return faults.FromInfo(faults.Info{Category: faults.Category(f.Category), Source: faults.Source(f.Source),
+				Code: f.Code, Message: f.Message, Retryable: f.Retryable}, 0)
+		}
+		if err != nil || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
 }
 
 func deathMessage(reason string) string {
@@ -431,6 +510,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox was deleted"))
 	}
 	m.mu.Unlock()
+	m.detachEgress(id)
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
@@ -444,6 +524,18 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		m.mu.Unlock()
 	}()
 	return nil
+}
+
+func (m *Manager) attachEgress(spec runtime.Spec, addr string) {
+	if m.cfg.Egress != nil && !spec.BlockNetwork && addr != "" {
+		m.cfg.Egress.Attach(spec.ID, addr, spec.EgressAllow)
+	}
+}
+
+func (m *Manager) detachEgress(id string) {
+	if m.cfg.Egress != nil {
+		m.cfg.Egress.Detach(id)
+	}
 }
 
 // Heartbeat records a heartbeat, opting the sandbox into heartbeat cleanup.

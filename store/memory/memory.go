@@ -244,9 +244,10 @@ func (m *Store) Lock(ctx context.Context, name string, ttl time.Duration) (store
 		l, held := m.locks[name]
 		if !held || !now.Before(l.expires) {
 			m.fence++
-			m.locks[name] = lockState{holder: m.fence, expires: now.Add(ttl)}
+			token := m.fence
+			m.locks[name] = lockState{holder: token, expires: now.Add(ttl)}
 			m.lockMu.Unlock()
-			return &lease{m: m, name: name, token: m.fence, ttl: ttl}, nil
+			return &lease{m: m, name: name, token: token, ttl: ttl}, nil
 		}
 		released := m.waiting[name]
 		if released == nil {
