@@ -17,6 +17,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/failpoint"
 )
 
 const (
@@ -112,6 +113,9 @@ func unreachable(ctx context.Context, op string, err error) error {
 func (c *Client) do(ctx context.Context, op, method, path string, body any) (*http.Response, error) {
 	if c.badErr != nil {
 		return nil, faults.Wrap(c.badErr, faults.CodeMisconfigured, faults.Internal, faults.Platform, "bad agent address")
+	}
+	if err := failpoint.Eval("agent.client.request"); err != nil {
+		return nil, err
 	}
 	var rd io.Reader
 	if body != nil {

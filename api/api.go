@@ -91,6 +91,8 @@ type Sandbox struct {
 	Labels        map[string]string `json:"labels"`
 	LastHeartbeat *float64          `json:"last_heartbeat"`
 	ExpiresAt     *float64          `json:"expires_at"`
+	// Fault classifies why a failed sandbox failed (create error, death).
+	Fault *FaultInfo `json:"fault,omitempty"`
 }
 
 // SandboxList is the body of GET /sandboxes.

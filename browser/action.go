@@ -378,13 +378,13 @@ func (s *Session) do(ctx context.Context, a Action) error {
 
 	switch a.Type {
 	case ActNavigate:
-		return s.navigate(ctx, t, a.URL)
+		return s.blocked(ctx, t, s.navigate(ctx, t, a.URL))
 	case ActReload:
-		return s.reload(ctx, t)
+		return s.blocked(ctx, t, s.reload(ctx, t))
 	case ActBack:
-		return s.history(ctx, t, -1)
+		return s.blocked(ctx, t, s.history(ctx, t, -1))
 	case ActForward:
-		return s.history(ctx, t, +1)
+		return s.blocked(ctx, t, s.history(ctx, t, +1))
 	case ActWait:
 		return s.waitUntil(ctx, t, a)
 	}

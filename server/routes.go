@@ -98,7 +98,7 @@ func (s *Server) sandboxJSON(r store.Sandbox) api.Sandbox {
 		SandboxID: r.ID, Namespace: r.Namespace, Image: r.Image, PodName: "sandbox-" + r.ID,
 		BlockNetwork: r.BlockNetwork, CPU: r.CPU, Memory: r.Memory, CreatedAt: r.CreatedAt,
 		Ready: r.Ready, Status: r.Status, StatusMessage: r.StatusMessage, Kind: r.Kind,
-		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: &exp,
+		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: &exp, Fault: r.Fault,
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/egress"
+	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
@@ -114,12 +115,16 @@ func Start(t testing.TB, opts Options) *Server {
 	if st == nil {
 		st = memory.New()
 	}
+	sc := opts.Server
+	if sc.Metrics == nil {
+		sc.Metrics = metrics.New()
+	}
+	mc.OnRetry = sc.Metrics.ObserveRetry
 	agents := agent.NewPool(0)
 	mgr := manager.New(mc, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
-	sc := opts.Server
 	if len(sc.APIKeys) == 0 {
 		sc.APIKeys = []string{APIKey}
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/runtime"
 )
 
@@ -27,6 +28,9 @@ import (
 // it left. Callers hold s.op.
 func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runtime.Instance, error) {
 	id := spec.ID
+	if err := failpoint.Eval("runtime.local.create"); err != nil {
+		return runtime.Instance{}, err
+	}
 	img, err := l.images.resolve(ctx, spec.Image)
 	if err != nil {
 		return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)

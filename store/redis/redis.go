@@ -38,6 +38,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/store"
 )
 
@@ -230,6 +231,9 @@ func (e abortError) Error() string { return e.err.Error() }
 // another writer changes them first. body wraps its own errors in
 // abortError; every other error is Redis's.
 func (s *Store) update(ctx context.Context, body func(tx *goredis.Tx) error, keys ...string) error {
+	if err := failpoint.Eval("store.redis.write"); err != nil {
+		return err
+	}
 	for attempt := range maxTxAttempts {
 		err := s.rdb.Watch(ctx, body, keys...)
 		var ab abortError

@@ -1,0 +1,65 @@
+package browser
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/orchard/orchard/faults"
+)
+
+func TestBotWallsAreSiteBlocked(t *testing.T) {
+	s := openPage(t, "/basic.html")
+	pages := map[string]struct {
+		status int
+		body   string
+	}{
+		"/cloudflare": {403, `<html><head><title>Just a moment...</title></head><body><div id="challenge-running"></div>
+			<script src="/cdn-cgi/challenge-platform/h/b/orchestrate/chl_page/v1"></script></body></html>`},
+		"/recaptcha":    {429, `<html><body>Our systems have detected unusual traffic from your computer network.<div class="g-recaptcha" data-sitekey="x"></div></body></html>`},
+		"/plain-503":    {503, `<html><body>Service temporarily unavailable, try later.</body></html>`},
+		"/plain-403":    {403, `<html><body>Forbidden</body></html>`},
+		"/login-form":   {200, `<html><body>Log in. <div class="g-recaptcha" data-sitekey="x"></div></body></html>`},
+		"/hcaptcha-503": {503, `<html><body><div class="h-captcha" data-sitekey="y"></div></body></html>`},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := pages[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(p.status)
+		w.Write([]byte(p.body))
+	}))
+	defer srv.Close()
+	cases := []struct{ path, code string }{
+		{"/cloudflare", faults.CodeSiteBlocked},
+		{"/recaptcha", faults.CodeSiteBlocked},
+		{"/hcaptcha-503", faults.CodeSiteBlocked},
+		{"/plain-503", "site.http_503"},
+		{"/plain-403", "site.http_403"},
+		{"/login-form", ""}, // a CAPTCHA on a page that answered 200 is the page's content
+	}
+	for _, c := range cases {
+		t.Run(c.path, func(t *testing.T) {
+			res, err := s.Do(ctxT(t), []Action{{Type: ActNavigate, URL: srv.URL + c.path}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res[0]
+			if c.code == "" {
+				if !r.OK {
+					t.Fatalf("failed: %+v", r.Error)
+				}
+				return
+			}
+			if r.OK || r.Error.Code != c.code || r.Error.Source != faults.Site {
+				t.Fatalf("got %+v, want %s", r.Error, c.code)
+			}
+			if c.code == faults.CodeSiteBlocked && r.Error.Retryable {
+				t.Error("a bot wall is not worth an immediate retry")
+			}
+		})
+	}
+}
