@@ -20,8 +20,8 @@ import (
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/egress"
-	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
 	"github.com/orchard/orchard/server/manager"
