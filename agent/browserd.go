@@ -232,6 +232,11 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		_, _ = w.Write(shot.Data)
 	})
 	mux.HandleFunc("GET /browser/tabs", func(w http.ResponseWriter, r *http.Request) {
+		// A dead browser's last tabs would tell the caller all is well.
+		if err := sess.Err(); err != nil {
+			fail(w, err)
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"tabs": sess.Tabs()})
 	})
 	mux.HandleFunc("GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) {

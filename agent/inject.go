@@ -36,19 +36,24 @@ func (s *Server) stepFault(w http.ResponseWriter, kinds ...string) string {
 		return ""
 	}
 	s.log.Warn("injecting fault", "kind", f.Kind, "step", step)
-	w.Header().Set(HeaderInjected, f.Kind)
 	switch f.Kind {
 	case faults.InjectAgentKill:
 		// PID 1 exiting takes the sandbox with it, as a crashed agent does.
 		fmt.Fprintln(os.Stderr, "orchard-agent: killed by fault plan")
 		os.Exit(137)
 	case faults.InjectBrowserCrash, faults.InjectHang:
-		if s.browser != nil {
-			if err := s.browser.inject(f.Kind); err != nil {
-				s.log.Warn("inject", "kind", f.Kind, "err", err)
-			}
+		// Tagged only when applied: a browser still restarting from an
+		// earlier fault cannot take this one, and the step's failure is
+		// that earlier fault's.
+		if s.browser == nil {
+			return ""
+		}
+		if err := s.browser.inject(f.Kind); err != nil {
+			s.log.Warn("inject", "kind", f.Kind, "err", err)
+			return ""
 		}
 	}
+	w.Header().Set(HeaderInjected, f.Kind)
 	return f.Kind
 }
 
