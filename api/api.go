@@ -59,6 +59,12 @@ type Egress struct {
 	// Allow lists host patterns ("example.com", "*.wikipedia.org"); empty
 	// allows every public host.
 	Allow []string `json:"allow"`
+	// Mode is "proxy" (the default: HTTP/HTTPS through the sandbox's proxy,
+	// filtered by host name and logged) or "full" (a routed interface with
+	// NAT, for tools that ignore proxies: private ranges, the host and
+	// other sandboxes stay unreachable, but hosts cannot be filtered by
+	// name and connections are not logged).
+	Mode string `json:"mode,omitempty"`
 }
 
 // CreateSandboxResponse is the body POST /sandboxes answers with.

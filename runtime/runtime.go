@@ -30,9 +30,19 @@ type Spec struct {
 	// EgressAllow is the host allow-list of a network-enabled sandbox
 	// (empty: every public host). The server enforces it when it dials.
 	EgressAllow []string `json:",omitempty"`
+	// NetworkMode of a network-enabled sandbox: NetworkProxy (the default:
+	// egress through the agent's HTTP proxy) or NetworkFull (a routed
+	// interface, NAT and a firewall, for tools that ignore proxies).
+	NetworkMode string `json:",omitempty"`
 	// Faults is a fault plan (JSON) for the agent to inject.
 	Faults []byte `json:",omitempty"`
 }
+
+// Network modes of Spec.NetworkMode.
+const (
+	NetworkProxy = "proxy"
+	NetworkFull  = "full"
+)
 
 // Instance is a live (or dead) sandbox as the backend sees it.
 type Instance struct {

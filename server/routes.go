@@ -14,6 +14,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/server/manager"
 	"github.com/orchard/orchard/sitehealth"
 	"github.com/orchard/orchard/store"
@@ -144,6 +145,18 @@ func (s *Server) createSandbox(c *gin.Context) error {
 			return err
 		}
 		p.EgressAllow = req.Egress.Allow
+		switch req.Egress.Mode {
+		case "", runtime.NetworkProxy:
+		case runtime.NetworkFull:
+			if len(req.Egress.Allow) > 0 {
+				return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "egress", "allow"},
+					Msg: "egress.allow needs mode \"proxy\": full-network mode cannot filter by host name", Input: req.Egress.Allow})
+			}
+			p.NetworkMode = runtime.NetworkFull
+		default:
+			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "egress", "mode"},
+				Msg: "egress.mode must be \"proxy\" or \"full\"", Input: req.Egress.Mode})
+		}
 	}
 	if len(req.Faults) > 0 && string(req.Faults) != "null" {
 		var plan faults.Plan

@@ -138,6 +138,18 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	// once the agent dies nothing listens, and probes fail at once instead
 	// of queueing on a socket no one will accept from.
 	lnFile.Close()
+	if !spec.BlockNetwork && spec.NetworkMode == runtime.NetworkFull {
+		pid, err := proc.Pid()
+		if err == nil {
+			err = l.setupFullNetwork(id, pid)
+		}
+		if err != nil {
+			if _, ok := errors.AsType[*faults.Error](err); ok {
+				return runtime.Instance{}, err
+			}
+			return runtime.Instance{}, createFailed(id, "full network", err)
+		}
+	}
 	w := l.watchContainer(id, c)
 	s.mu.Lock()
 	s.watch = w
@@ -325,7 +337,7 @@ func agentArgs(spec runtime.Spec, pids int64) []string {
 	if len(spec.KindOptions) > 0 {
 		args = append(args, "--kind-options", string(spec.KindOptions))
 	}
-	if !spec.BlockNetwork {
+	if !spec.BlockNetwork && spec.NetworkMode != runtime.NetworkFull {
 		// The sandbox's namespace has only loopback: the proxy hands every
 		// connection to the server through the tunnel it attaches.
 		args = append(args, "--egress-proxy", "127.0.0.1:3128") // agent.DefaultEgressProxy

@@ -136,6 +136,8 @@ type Local struct {
 	// CAP_SYS_RESOURCE, which some hosts' root lacks).
 	protectAgent bool
 	nofile       uint64 // RLIMIT_NOFILE of sandbox processes
+	// fullNet gives full-network sandboxes their veths and host rules.
+	fullNet *fullNet
 	// seccomp is every sandbox's syscall filter, built once: it depends
 	// only on the host and the capability set, and building it probes the
 	// kernel and libseccomp. Read-only once built. Nil when seccomp is not
@@ -166,6 +168,7 @@ func New(cfg Config) (*Local, error) {
 		swap:      swapAccounting(),
 
 		protectAgent: canLowerOOMScore(),
+		fullNet:      &fullNet{},
 	}
 	l.nofile = nofileLimit(l.protectAgent)
 	if !l.protectAgent {

@@ -80,6 +80,9 @@ func (l *Local) teardown(ctx context.Context, s *sandbox) error {
 	if err := os.RemoveAll(filepath.Join(l.ctrRoot, s.id)); err != nil {
 		errs = append(errs, err)
 	}
+	if err := l.teardownFullNetwork(s.id); err != nil {
+		errs = append(errs, fmt.Errorf("remove veth: %w", err))
+	}
 	if w != nil {
 		w.stop()
 	}

@@ -188,6 +188,8 @@ type CreateParams struct {
 	TTLSeconds   int
 	// EgressAllow is the host allow-list of a network-enabled sandbox.
 	EgressAllow []string
+	// NetworkMode is runtime.NetworkProxy (default) or runtime.NetworkFull.
+	NetworkMode string
 	// Faults is a validated fault plan (JSON) for the sandbox's agent.
 	Faults []byte
 }
@@ -209,9 +211,9 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		return store.Sandbox{}, faults.New(faults.CodeNetworkEgressOff, faults.NotImplemented, faults.Client,
 			"block_network=false needs sandbox egress, which this server does not offer yet; create with block_network=true")
 	}
-	if len(p.EgressAllow) > 0 && p.BlockNetwork {
+	if (len(p.EgressAllow) > 0 || p.NetworkMode == runtime.NetworkFull) && p.BlockNetwork {
 		return store.Sandbox{}, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client,
-			"egress.allow needs block_network=false")
+			"egress settings need block_network=false")
 	}
 	if p.Image == "" {
 		p.Image = m.cfg.DefaultImage
@@ -268,7 +270,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem,
 		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
 		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
-		EgressAllow: p.EgressAllow, Faults: p.Faults,
+		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
 	cctx, stop := context.WithTimeoutCause(pctx, time.Duration(p.Timeout)*time.Second,
@@ -527,7 +529,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 }
 
 func (m *Manager) attachEgress(spec runtime.Spec, addr string) {
-	if m.cfg.Egress != nil && !spec.BlockNetwork && addr != "" {
+	if m.cfg.Egress != nil && !spec.BlockNetwork && spec.NetworkMode != runtime.NetworkFull && addr != "" {
 		m.cfg.Egress.Attach(spec.ID, addr, spec.EgressAllow)
 	}
 }
