@@ -50,6 +50,10 @@ type BrowserOptions struct {
 	CallTimeoutMS       int `json:"call_timeout_ms,omitempty"`
 	NavigationTimeoutMS int `json:"navigation_timeout_ms,omitempty"`
 	SettleTimeoutMS     int `json:"settle_timeout_ms,omitempty"`
+	// SettleQuietMS and SettleIdleMS tune the settle wait (how long the
+	// page must be quiet; when to stop early if nothing happened).
+	SettleQuietMS int `json:"settle_quiet_ms,omitempty"`
+	SettleIdleMS  int `json:"settle_idle_ms,omitempty"`
 	// NavigationRetry retries page loads that fail with retryable site or
 	// network errors.
 	NavigationRetry *browser.RetryPolicy `json:"navigation_retry,omitempty"`
@@ -65,6 +69,8 @@ func (o BrowserOptions) session(log *slog.Logger) browser.Options {
 	bo.CallTimeout = time.Duration(o.CallTimeoutMS) * time.Millisecond
 	bo.NavigationTimeout = time.Duration(o.NavigationTimeoutMS) * time.Millisecond
 	bo.SettleTimeout = time.Duration(o.SettleTimeoutMS) * time.Millisecond
+	bo.SettleQuiet = time.Duration(o.SettleQuietMS) * time.Millisecond
+	bo.SettleIdle = time.Duration(o.SettleIdleMS) * time.Millisecond
 	if o.NavigationRetry != nil {
 		bo.NavigationRetry = *o.NavigationRetry
 	}

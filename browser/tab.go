@@ -401,8 +401,8 @@ setTimeout(tick,Math.min(idle,max));})})`
 // one (or none at all for SettleIdle). It never fails the action: a page
 // that does not settle in time is observed as it is.
 func (t *tab) settle(ctx context.Context, limit time.Duration) {
+	quiet, idle, limit := t.s.settleParams(ctx, limit)
 	deadline := time.Now().Add(limit)
-	quiet, idle := t.s.opts.SettleQuiet, min(t.s.opts.SettleIdle, t.s.opts.SettleQuiet)
 	for i := 0; i < 4; i++ {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {

@@ -14,6 +14,46 @@ type Request struct {
 	Observe *ObserveOptions `json:"observe,omitempty"`
 	Frame   *int64          `json:"frame,omitempty"`
 	Strict  bool            `json:"strict,omitempty"`
+	// Settle overrides the session's settle wait for these actions.
+	Settle *Settle `json:"settle,omitempty"`
+}
+
+// Settle tunes the wait after each action for the page to go quiet (no
+// DOM mutation, no request in flight). Zero fields keep the session's.
+type Settle struct {
+	// QuietMS: how long the page must stay quiet.
+	QuietMS int `json:"quiet_ms,omitempty"`
+	// IdleMS: end early when nothing at all happened for this long.
+	IdleMS int `json:"idle_ms,omitempty"`
+	// TimeoutMS caps the wait.
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+}
+
+type settleKey struct{}
+
+// withSettle carries a request's settle override to the waits below it.
+func withSettle(ctx context.Context, s *Settle) context.Context {
+	if s == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, settleKey{}, *s)
+}
+
+// settleParams are the quiet window, idle cut-off and cap that apply in ctx.
+func (s *Session) settleParams(ctx context.Context, limit time.Duration) (quiet, idle, cap time.Duration) {
+	quiet, idle, cap = s.opts.SettleQuiet, s.opts.SettleIdle, limit
+	if o, ok := ctx.Value(settleKey{}).(Settle); ok {
+		if o.QuietMS > 0 {
+			quiet = time.Duration(o.QuietMS) * time.Millisecond
+		}
+		if o.IdleMS > 0 {
+			idle = time.Duration(o.IdleMS) * time.Millisecond
+		}
+		if o.TimeoutMS > 0 {
+			cap = min(cap, time.Duration(o.TimeoutMS)*time.Millisecond)
+		}
+	}
+	return quiet, min(idle, quiet), cap
 }
 
 // List returns the request's actions with the request-level frame and
@@ -56,6 +96,7 @@ type Timing struct {
 // observation failed.
 func (s *Session) Run(ctx context.Context, r Request) (Response, error) {
 	start := time.Now()
+	ctx = withSettle(ctx, r.Settle)
 	results, err := s.Do(ctx, r.List())
 	resp := Response{OK: err == nil, Results: results}
 	for _, res := range results {

@@ -152,9 +152,9 @@ func logPSS(b testing.TB, id string) {
 // "button" clicks the button (its handler changes the page, so the action
 // waits the settle quiet window); "blank" clicks where nothing reacts (the
 // settle wait ends at the idle window); "observe" is the observation alone;
-// "navigate" reloads the page by navigating to it. The API has no
-// per-request settle control: the daemon uses the browser package's
-// defaults. "memory" steps, then reports the PSS summed over the
+// "navigate" reloads the page by navigating to it. The "-settle30" cases
+// send a request-level settle of 30 ms quiet / 10 ms idle instead of the
+// defaults (250 / 100). "memory" steps, then reports the PSS summed over the
 // sandbox's processes.
 func BenchmarkBrowserStep(b *testing.B) {
 	testenv.RequireChromium(b)
@@ -168,6 +168,13 @@ func BenchmarkBrowserStep(b *testing.B) {
 		{"blank", map[string]any{
 			"actions": []map[string]any{{"type": "click", "x": 700, "y": 550}},
 			"observe": map[string]any{"screenshot": "jpeg", "som": true}}},
+		{"button-settle30", map[string]any{
+			"actions": browserStep["actions"], "observe": browserStep["observe"],
+			"settle": map[string]any{"quiet_ms": 30, "idle_ms": 10}}},
+		{"blank-settle30", map[string]any{
+			"actions": []map[string]any{{"type": "click", "x": 700, "y": 550}},
+			"observe": map[string]any{"screenshot": "jpeg", "som": true},
+			"settle":  map[string]any{"quiet_ms": 30, "idle_ms": 10}}},
 		{"observe", map[string]any{"observe": map[string]any{"screenshot": "jpeg", "som": true}}},
 		{"navigate", map[string]any{
 			"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}}}},
