@@ -139,6 +139,8 @@ type Server struct {
 	reaper *reaper
 	// browser is the browser daemon of a browser sandbox; nil otherwise.
 	browser *browserProc
+	// desktop is the desktop daemon of a desktop sandbox; nil otherwise.
+	desktop *browserProc
 	// egress is the network-enabled sandbox's proxy; nil without network.
 	egress *egressState
 	// inject is the sandbox's fault plan; nil without one.
@@ -180,6 +182,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /files/list", s.handleList)
 	s.route("POST /patch", s.handlePatch)
 	s.route("/browser/", s.handleBrowser)
+	s.route("/desktop/", s.handleDesktop)
 	s.route("POST "+egress.TunnelPath, s.handleTunnel)
 	s.route("GET /egress/log", s.handleNetwork)
 	s.route("/", s.handleUnknown)
@@ -367,6 +370,14 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 		if err := s.startEgress(ctx, EgressConfig{Listen: *egressListen, Direct: *egressDirect, Allow: parseAllow(*egressAllow)}); err != nil {
 			s.Close()
 			return err
+		}
+	}
+	if *kind == "desktop" {
+		// The sandbox is ready when its X session is, and every command
+		// gets its DISPLAY.
+		if s.desktop, err = s.startDesktop(ctx, *kindOptions); err != nil {
+			s.Close()
+			return fmt.Errorf("start desktop: %w", err)
 		}
 	}
 	if *kind == "browser" {

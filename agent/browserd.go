@@ -317,6 +317,7 @@ type browserProc struct {
 	s    *Server
 	opts string // BrowserOptions as JSON
 	sock string
+	kind daemonKind
 
 	mu       sync.Mutex // guards lastErr, restarts
 	lastErr  error
@@ -324,6 +325,22 @@ type browserProc struct {
 
 	proxy *httputil.ReverseProxy
 }
+
+// daemonKind is what differs between the daemons the agent supervises
+// (the browser's and the desktop's): their command line and how their
+// absence is classified.
+type daemonKind struct {
+	name   string // "browser", "desktop"
+	code   string // the code of "not running" and "died"
+	launch string // the code of "could not start"
+	source faults.Source
+	args   func(exe, sock, opts string) []string
+}
+
+var browserDaemon = daemonKind{name: "browser", code: faults.CodeBrowserCrashed, launch: faults.CodeBrowserLaunch, source: faults.Browser,
+	args: func(exe, sock, opts string) []string {
+		return []string{exe, "browser", "--socket", sock, "--options", opts, "--profile", sock + ".profile", "--state", sock + ".tabs"}
+	}}
 
 // browserStartTimeout bounds one start of the daemon (Chromium's cold start
 // is a second or two; a loaded machine can take much longer).
@@ -340,10 +357,16 @@ func (s *Server) startBrowser(ctx context.Context, opts string) (*browserProc, e
 		b, _ := json.Marshal(m)
 		opts = string(b)
 	}
-	b := &browserProc{s: s, opts: opts, sock: browserSocket}
+	sock := browserSocket
 	if s.cfg.BrowserSocket != "" {
-		b.sock = s.cfg.BrowserSocket
+		sock = s.cfg.BrowserSocket
 	}
+	return s.startDaemon(ctx, browserDaemon, sock, opts)
+}
+
+// startDaemon starts a daemon, waits until it answers and supervises it.
+func (s *Server) startDaemon(ctx context.Context, kind daemonKind, sock, opts string) (*browserProc, error) {
+	b := &browserProc{s: s, opts: opts, sock: sock, kind: kind}
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", b.sock)
@@ -351,13 +374,13 @@ func (s *Server) startBrowser(ctx context.Context, opts string) (*browserProc, e
 	b.proxy = &httputil.ReverseProxy{
 		Transport: tr,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "browser"
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", kind.name
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			b.mu.Lock()
 			last := b.lastErr
 			b.mu.Unlock()
-			f := faults.Wrap(err, faults.CodeBrowserCrashed, faults.Unavailable, faults.Browser, "the browser is not running; it is being restarted")
+			f := faults.Wrap(err, kind.code, faults.Unavailable, kind.source, "the "+kind.name+" is not running; it is being restarted")
 			if last != nil {
 				f.Message += " (" + faults.Of(last).Message + ")"
 			}
@@ -390,8 +413,7 @@ func (b *browserProc) spawn() (*child, error) {
 		defer logf.Close()
 		files = []*os.File{nil, logf, logf}
 	}
-	args := []string{exe, "browser", "--socket", b.sock, "--options", b.opts,
-		"--profile", b.sock + ".profile", "--state", b.sock + ".tabs"}
+	args := b.kind.args(exe, b.sock, b.opts)
 	return b.s.reaper.start(func() (*os.Process, error) {
 		return os.StartProcess(exe, args, &os.ProcAttr{
 			Files: files,
@@ -407,7 +429,7 @@ func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
 	defer cancel()
 	hc := &http.Client{Transport: b.proxy.Transport, Timeout: 2 * time.Second}
 	for {
-		resp, err := hc.Get("http://browser/health")
+		resp, err := hc.Get("http://" + b.kind.name + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -417,10 +439,10 @@ func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
 		select {
 		case <-c.done:
 			code, sig := c.exitCode()
-			return faults.Newf(faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser,
-				"the browser exited while starting (code %d, signal %d; see %s.log)", code, sig, b.sock)
+			return faults.Newf(b.kind.launch, faults.Unavailable, b.kind.source,
+				"the %s exited while starting (code %d, signal %d; see %s.log)", b.kind.name, code, sig, b.sock)
 		case <-ctx.Done():
-			return faults.New(faults.CodeBrowserLaunch, faults.Timeout, faults.Browser, "the browser did not start in time")
+			return faults.New(b.kind.launch, faults.Timeout, b.kind.source, "the "+b.kind.name+" did not start in time")
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -442,11 +464,11 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 		case <-c.done:
 		}
 		code, sig := c.exitCode()
-		err := faults.Newf(faults.CodeBrowserCrashed, faults.Unavailable, faults.Browser, "the browser died (code %d, signal %d)", code, sig)
+		err := faults.Newf(b.kind.code, faults.Unavailable, b.kind.source, "the %s died (code %d, signal %d)", b.kind.name, code, sig)
 		b.mu.Lock()
 		b.lastErr, b.restarts = err, b.restarts+1
 		b.mu.Unlock()
-		b.s.log.Warn("browser died; restarting", "code", code, "signal", sig)
+		b.s.log.Warn("daemon died; restarting", "daemon", b.kind.name, "code", code, "signal", sig)
 		for {
 			select {
 			case <-ctx.Done():
@@ -469,8 +491,11 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 
 func (b *browserProc) ServeHTTP(w http.ResponseWriter, r *http.Request) { b.proxy.ServeHTTP(w, r) }
 
-// errNoBrowser answers browser paths in sandboxes of other kinds.
-var errNoBrowser = errors.New("not a browser sandbox")
+// errNoBrowser and errNoDesktop answer kind paths in sandboxes of other kinds.
+var (
+	errNoBrowser = errors.New("not a browser sandbox")
+	errNoDesktop = errors.New("not a desktop sandbox")
+)
 
 func (s *Server) handleBrowser(w http.ResponseWriter, r *http.Request) error {
 	if s.browser == nil {

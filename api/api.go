@@ -43,7 +43,10 @@ type CreateSandboxRequest struct {
 	Kind         string  `json:"kind,omitempty"`
 	// Browser configures a browser sandbox (viewport, user_agent, locale,
 	// timezone, headless, auto_accept_dialogs, focus_new_tabs).
-	Browser    json.RawMessage   `json:"browser,omitempty"`
+	Browser json.RawMessage `json:"browser,omitempty"`
+	// Desktop configures a desktop sandbox (width, height, depth, apps,
+	// window_manager).
+	Desktop    json.RawMessage   `json:"desktop,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	TTLSeconds *int              `json:"ttl_seconds,omitempty"`

@@ -182,6 +182,9 @@ const (
 	CodeBrowserHung = "browser.hung"
 	// CodeDesktopXDied: the X server of a desktop sandbox died.
 	CodeDesktopXDied = "desktop.x_server_died"
+	// CodeDesktopLaunch: the desktop (X server, window manager, apps)
+	// could not be started.
+	CodeDesktopLaunch = "desktop.launch_failed"
 	// CodeFaultPlanInvalid: a fault plan names an unknown kind or field.
 	CodeFaultPlanInvalid = "client.invalid_fault_plan"
 )

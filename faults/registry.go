@@ -102,6 +102,7 @@ var registry = []CodeInfo{
 	{CodeBrowserLaunch, Unavailable, Browser, true, true, "The browser could not be started."},
 	{CodeBrowserClosed, Unavailable, Browser, false, false, "The browser session was closed by its owner; no environment fault."},
 	{CodeDesktopXDied, Unavailable, Desktop, true, true, "The X server of a desktop sandbox died."},
+	{CodeDesktopLaunch, Unavailable, Desktop, true, true, "The desktop (X server, window manager, apps) could not be started."},
 
 	// Actions the policy asks for: its own failures, kept as signal.
 	{CodeActionInvalid, InvalidRequest, Policy, false, false, "The action is malformed or cannot apply to its target (a disabled element, say)."},

@@ -93,9 +93,11 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 		if err != nil {
 			return err
 		}
-		if rec.Kind != api.KindBrowser && !strings.HasPrefix(path, "/egress/") {
-			return faults.Newf(faults.CodeKindUnsupported, faults.InvalidRequest, faults.Client,
-				"sandbox %s is a %s sandbox; browser paths need kind \"browser\"", rec.ID, rec.Kind)
+		for _, k := range []string{api.KindBrowser, api.KindDesktop} {
+			if strings.HasPrefix(path, "/"+k+"/") && rec.Kind != k {
+				return faults.Newf(faults.CodeKindUnsupported, faults.InvalidRequest, faults.Client,
+					"sandbox %s is a %s sandbox; %s paths need kind %q", rec.ID, rec.Kind, k, k)
+			}
 		}
 		addr, err := s.mgr.AgentAddr(c.Request.Context(), rec.ID)
 		if err != nil {

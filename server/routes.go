@@ -137,6 +137,13 @@ func (s *Server) createSandbox(c *gin.Context) error {
 		}
 		p.KindOptions = req.Browser
 	}
+	if len(req.Desktop) > 0 && string(req.Desktop) != "null" {
+		if req.Kind != api.KindDesktop {
+			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "desktop"},
+				Msg: "desktop settings need kind \"desktop\"", Input: jsonInput(req.Desktop)})
+		}
+		p.KindOptions = req.Desktop
+	}
 	if req.BlockNetwork != nil {
 		p.BlockNetwork = *req.BlockNetwork
 	}

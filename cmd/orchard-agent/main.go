@@ -20,6 +20,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "hog" {
 		agent.Hog()
 	}
+	if len(os.Args) > 1 && os.Args[1] == "desktop" {
+		run = func() error { return agent.DesktopMain(ctx, os.Args[2:]) }
+	}
 	if len(os.Args) > 1 && os.Args[1] == "browser" {
 		run = func() error { return agent.BrowserMain(ctx, os.Args[2:]) }
 	}

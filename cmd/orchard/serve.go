@@ -126,6 +126,7 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 	defer hub.Close()
 	cfg.Manager.Egress = hub
 	cfg.Manager.Browser = true
+	cfg.Manager.Desktop = true
 	cfg.Manager.AdoptOrphans = cfg.Store == "memory"
 	cfg.Server.Metrics = metrics.New()
 	cfg.Manager.OnRetry = cfg.Server.Metrics.ObserveRetry

@@ -107,6 +107,7 @@ func Start(t testing.TB, opts Options) *Server {
 	hub := egress.NewHub(dialer, agent.DialRaw, log)
 	mc.Egress = hub
 	mc.Browser = true
+	mc.Desktop = true
 	mc.AdoptOrphans = opts.Store == nil
 	if mc.CleanupInterval == 0 {
 		mc.CleanupInterval = time.Hour

@@ -68,6 +68,8 @@ type Config struct {
 	// Browser enables kind "browser" sandboxes (the runtime's images have
 	// Chromium and the agent drives it).
 	Browser bool
+	// Desktop enables kind "desktop" sandboxes (the images have Xvfb).
+	Desktop bool
 	// AdoptOrphans makes Recover adopt live sandboxes that have no record
 	// (their records died with an earlier process's memory store). Leave it
 	// off with a shared store, whose records outlive processes.
@@ -203,7 +205,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	if p.Kind == "" {
 		p.Kind = api.KindShell
 	}
-	if p.Kind != api.KindShell && !(p.Kind == api.KindBrowser && m.cfg.Browser) {
+	if p.Kind != api.KindShell && !(p.Kind == api.KindBrowser && m.cfg.Browser) && !(p.Kind == api.KindDesktop && m.cfg.Desktop) {
 		return store.Sandbox{}, faults.Newf(faults.CodeKindUnsupported, faults.NotImplemented, faults.Client,
 			"sandbox kind %q is not available on this server yet", p.Kind)
 	}

@@ -1,0 +1,179 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/orchard/orchard/desktop"
+	"github.com/orchard/orchard/faults"
+)
+
+// A desktop sandbox's X session runs in a child of the agent, the desktop
+// daemon (`orchard-agent desktop`), for the reason the browser does: the
+// session waits for the processes it starts (Xvfb, the window manager,
+// apps), which the agent's PID-1 reaper would otherwise reap first.
+
+// desktopSocket is where the desktop daemon listens, inside the sandbox.
+const desktopSocket = "/run/orchard-desktop.sock"
+
+// DesktopOptions are the `desktop` settings of a create request.
+type DesktopOptions struct {
+	Width  int      `json:"width,omitempty"`
+	Height int      `json:"height,omitempty"`
+	Depth  int      `json:"depth,omitempty"`
+	Apps   []string `json:"apps,omitempty"`
+	// WindowManager is "" (openbox when installed) or "none".
+	WindowManager string `json:"window_manager,omitempty"`
+}
+
+var desktopDaemon = daemonKind{name: "desktop", code: faults.CodeDesktopXDied, launch: faults.CodeDesktopLaunch, source: faults.Desktop,
+	args: func(exe, sock, opts string) []string {
+		return []string{exe, "desktop", "--socket", sock, "--options", opts}
+	}}
+
+// maxDesktopRequest bounds an actions request: typed text and paths.
+const maxDesktopRequest = 4 << 20
+
+// DesktopMain is `orchard-agent desktop --socket PATH --options JSON`: it
+// starts the X session and serves the desktop paths until ctx ends.
+func DesktopMain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("orchard-agent desktop", flag.ContinueOnError)
+	sock := fs.String("socket", desktopSocket, "unix socket to serve on")
+	optJSON := fs.String("options", "{}", "desktop options (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var o DesktopOptions
+	if err := json.Unmarshal([]byte(*optJSON), &o); err != nil {
+		return fmt.Errorf("desktop options: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "desktop")
+	sess, err := desktop.Start(ctx, desktop.Options{Width: o.Width, Height: o.Height, Depth: o.Depth,
+		Apps: o.Apps, WindowManager: o.WindowManager, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	_ = os.Remove(*sock)
+	ln, err := net.Listen("unix", *sock)
+	if err != nil {
+		return fmt.Errorf("desktop daemon: %w", err)
+	}
+	srv := &http.Server{Handler: desktopHandler(sess), ReadHeaderTimeout: readHeaderTimeout}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// desktopHandler serves API.md's desktop paths over one session.
+func desktopHandler(sess *desktop.Session) http.Handler {
+	mux := http.NewServeMux()
+	fail := func(w http.ResponseWriter, err error) {
+		f := faults.Of(err)
+		writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
+	}
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		wd, ht := sess.Size()
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "display": sess.Display(), "width": wd, "height": ht})
+	})
+	mux.HandleFunc("POST /desktop/actions", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDesktopRequest))
+		if err != nil {
+			fail(w, faults.Wrap(err, faults.CodeTooLarge, faults.TooLarge, faults.Client, "request body too large"))
+			return
+		}
+		req, err := desktop.ParseRequest(body)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		res, err := sess.Run(r.Context(), req)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("GET /desktop/screenshot", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		o := desktop.ShotOptions{Format: q.Get("format")}
+		for k, dst := range map[string]*int{"quality": &o.Quality, "width": &o.Width, "height": &o.Height} {
+			if v := q.Get(k); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					fail(w, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s must be a non-negative integer", k))
+					return
+				}
+				*dst = n
+			}
+		}
+		shot, err := sess.Screenshot(r.Context(), o)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "image/"+shot.Format)
+		h.Set("X-Orchard-Frame", strconv.FormatInt(shot.ID, 10))
+		h.Set("X-Orchard-Scale", strconv.FormatFloat(shot.Scale, 'f', -1, 64))
+		_, _ = w.Write(shot.Data)
+	})
+	mux.HandleFunc("GET /desktop/status", func(w http.ResponseWriter, r *http.Request) {
+		st := map[string]any{"display": sess.Display()}
+		if f, ok := sess.LastFault(); ok {
+			st["last_fault"] = f.Err.Info()
+			st["last_fault_at"] = f.At
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	return mux
+}
+
+// startDesktop starts the desktop daemon and gives every command the
+// session's DISPLAY.
+func (s *Server) startDesktop(ctx context.Context, opts string) (*browserProc, error) {
+	d, err := s.startDaemon(ctx, desktopDaemon, desktopSocket, opts)
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: d.proxy.Transport, Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://desktop/health")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Display string `json:"display"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Display == "" {
+		return nil, fmt.Errorf("desktop daemon: no display in %s", resp.Status)
+	}
+	s.cfg.Env = append(s.cfg.Env, "DISPLAY="+h.Display)
+	return d, nil
+}
+
+func (s *Server) handleDesktop(w http.ResponseWriter, r *http.Request) error {
+	if s.desktop == nil {
+		return faults.Wrap(errNoDesktop, faults.CodeKindUnsupported, faults.InvalidRequest, faults.Client,
+			"this sandbox has no desktop (create it with kind \"desktop\")")
+	}
+	s.desktop.ServeHTTP(w, r)
+	return nil
+}

@@ -1,0 +1,527 @@
+package desktop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"time"
+
+	"github.com/jezek/xgb/xproto"
+	"github.com/jezek/xgb/xtest"
+)
+
+// Button is an X pointer button.
+type Button uint8
+
+// Buttons. X reports wheel steps as clicks of buttons 4–7, and the side
+// buttons that browsers map to back and forward as 8 and 9.
+const (
+	ButtonLeft       Button = 1
+	ButtonMiddle     Button = 2
+	ButtonRight      Button = 3
+	ButtonWheelUp    Button = 4
+	ButtonWheelDown  Button = 5
+	ButtonWheelLeft  Button = 6
+	ButtonWheelRight Button = 7
+	ButtonBack       Button = 8
+	ButtonForward    Button = 9
+)
+
+// remapSettle is how long a type or key action keeps keycodes it borrowed
+// for characters missing from the keyboard map before it restores them.
+// A client learns of a mapping change from MappingNotify and re-reads the
+// map when it handles that event; if the map were restored before then, it
+// would read the restored map and drop the character. An idle client
+// handles its events within a millisecond or two.
+const remapSettle = 60 * time.Millisecond
+
+// syncEvery bounds how many synthetic events are sent between round trips,
+// so a long text cannot queue an unbounded backlog in the server.
+const syncEvery = 64
+
+// dragStep is the longest pointer jump within a drag, in screen pixels:
+// toolkits start a drag only after motion events past a threshold, and
+// some ignore a single jump straight to the drop point.
+const dragStep = 20
+
+// keymap is the server's keyboard mapping, read once per change.
+type keymap struct {
+	min  xproto.Keycode
+	per  int
+	syms []xproto.Keysym
+	// pos is where each keysym is found: the first keycode that has it
+	// without shift, else the first that has it with shift.
+	pos map[xproto.Keysym]keyPress
+	// spare are keycodes with no keysym at all, highest first: the ones
+	// borrowed to type keysyms the map lacks.
+	spare []xproto.Keycode
+}
+
+// keyPress is a keycode and whether shift must be held to get the keysym.
+type keyPress struct {
+	code  xproto.Keycode
+	shift bool
+}
+
+// keymap returns the keyboard mapping, reading it again after a change.
+func (x *xconn) keymap() (*keymap, error) {
+	if x.keys != nil && !x.keysStale.Load() {
+		return x.keys, nil
+	}
+	x.keysStale.Store(false)
+	count := int(x.maxKeycode) - int(x.minKeycode) + 1
+	r, err := xproto.GetKeyboardMapping(x.c, x.minKeycode, byte(count)).Reply()
+	if err := replyErr(r == nil, err); err != nil {
+		return nil, err
+	}
+	km := &keymap{min: x.minKeycode, per: int(r.KeysymsPerKeycode), syms: r.Keysyms,
+		pos: make(map[xproto.Keysym]keyPress, count*2)}
+	if km.per == 0 {
+		return nil, fmt.Errorf("empty keyboard mapping")
+	}
+	n := len(r.Keysyms) / km.per
+	for level := 0; level < 2 && level < km.per; level++ {
+		for i := range n {
+			ks := r.Keysyms[i*km.per+level]
+			if level == 1 && ks == ksNoSymbol {
+				// The core protocol's rule: a lone lowercase letter implies
+				// its uppercase on the shifted level.
+				if l := r.Keysyms[i*km.per]; l >= 'a' && l <= 'z' {
+					ks = l - 'a' + 'A'
+				}
+			}
+			if ks == ksNoSymbol {
+				continue
+			}
+			if _, ok := km.pos[ks]; !ok {
+				km.pos[ks] = keyPress{code: km.min + xproto.Keycode(i), shift: level == 1}
+			}
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		empty := true
+		for _, ks := range r.Keysyms[i*km.per : (i+1)*km.per] {
+			empty = empty && ks == ksNoSymbol
+		}
+		if empty {
+			km.spare = append(km.spare, km.min+xproto.Keycode(i))
+		}
+	}
+	x.keys = km
+	return km, nil
+}
+
+func (x *xconn) fake(typ byte, detail byte) {
+	xtest.FakeInput(x.c, typ, detail, 0, x.root, 0, 0, 0)
+}
+
+// moveTo moves the pointer to p (screen pixels) without a round trip.
+func (x *xconn) moveTo(p image.Point) {
+	xtest.FakeInput(x.c, xproto.MotionNotify, 0, 0, x.root, int16(p.X), int16(p.Y), 0)
+}
+
+// pointer returns the pointer's position in screen pixels.
+func (x *xconn) pointer() (image.Point, error) {
+	r, err := xproto.QueryPointer(x.c, x.root).Reply()
+	if err := replyErr(r == nil, err); err != nil {
+		return image.Point{}, err
+	}
+	return image.Pt(int(r.RootX), int(r.RootY)), nil
+}
+
+// click presses and releases b n times at the pointer's position.
+func (x *xconn) click(b Button, n int) {
+	for range n {
+		x.fake(xproto.ButtonPress, byte(b))
+		x.fake(xproto.ButtonRelease, byte(b))
+	}
+}
+
+// drag moves to path[0], holds b, moves through the rest of path in steps
+// of at most dragStep pixels, and releases b at the last point.
+func (x *xconn) drag(b Button, path []image.Point) error {
+	x.moveTo(path[0])
+	x.fake(xproto.ButtonPress, byte(b))
+	// The press must reach the client before the motion that follows it,
+	// or a toolkit may see the motion as a hover.
+	if err := x.sync(); err != nil {
+		return err
+	}
+	prev := path[0]
+	for _, p := range path[1:] {
+		d := p.Sub(prev)
+		steps := max(abs(d.X), abs(d.Y))/dragStep + 1
+		for i := 1; i <= steps; i++ {
+			x.moveTo(image.Pt(prev.X+d.X*i/steps, prev.Y+d.Y*i/steps))
+		}
+		prev = p
+	}
+	if err := x.sync(); err != nil {
+		return err
+	}
+	x.fake(xproto.ButtonRelease, byte(b))
+	return nil
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// borrowed tracks spare keycodes mapped to keysyms for one action.
+type borrowed struct {
+	x    *xconn
+	km   *keymap
+	used map[xproto.Keysym]xproto.Keycode
+}
+
+// press returns how to type ks: from the keymap, or on a spare keycode
+// mapped to it now. ok is false when every spare keycode is in use.
+func (b *borrowed) press(ks xproto.Keysym) (keyPress, bool, error) {
+	if p, found := b.km.pos[ks]; found {
+		return p, true, nil
+	}
+	if kc, found := b.used[ks]; found {
+		return keyPress{code: kc}, true, nil
+	}
+	if len(b.used) >= len(b.km.spare) {
+		if len(b.km.spare) == 0 {
+			return keyPress{}, false, fmt.Errorf("keysym 0x%x is not in the keyboard map and no keycode is free to map it", uint32(ks))
+		}
+		return keyPress{}, false, nil
+	}
+	kc := b.km.spare[len(b.used)]
+	// Both levels carry the keysym, so a held shift does not change it.
+	syms := []xproto.Keysym{ks, ks}
+	xproto.ChangeKeyboardMapping(b.x.c, 1, kc, 2, syms)
+	if b.used == nil {
+		b.used = make(map[xproto.Keysym]xproto.Keycode)
+	}
+	b.used[ks] = kc
+	return keyPress{code: kc}, true, nil
+}
+
+// restore gives the borrowed keycodes back their empty mapping, after the
+// clients had time to read the borrowed one (see remapSettle).
+func (b *borrowed) restore() error {
+	if len(b.used) == 0 {
+		return nil
+	}
+	if err := b.x.sync(); err != nil {
+		return err
+	}
+	time.Sleep(remapSettle)
+	empty := make([]xproto.Keysym, b.km.per)
+	for _, kc := range b.used {
+		xproto.ChangeKeyboardMapping(b.x.c, 1, kc, byte(b.km.per), empty)
+	}
+	clear(b.used)
+	// Our own changes mark the cached map stale; it is still right.
+	err := b.x.sync()
+	b.x.keysStale.Store(false)
+	return err
+}
+
+// typeText types text one character at a time: a key press and release
+// per rune, with shift where the keymap puts the character on the
+// shifted level.
+func (x *xconn) typeText(ctx context.Context, text string) error {
+	km, err := x.keymap()
+	if err != nil {
+		return err
+	}
+	shift, ok := km.pos[ksShiftL]
+	if !ok {
+		return fmt.Errorf("no Shift_L key in the keyboard map")
+	}
+	b := &borrowed{x: x, km: km}
+	sent := 0
+	for _, r := range text {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(context.Cause(ctx), b.restore())
+		}
+		ks, ok := runeKeysym(r)
+		if !ok {
+			return errors.Join(fmt.Errorf("cannot type %U", r), b.restore())
+		}
+		p, ok, err := b.press(ks)
+		if err != nil {
+			return errors.Join(err, b.restore())
+		}
+		if !ok { // every spare keycode is taken: give them back and go on
+			if err := b.restore(); err != nil {
+				return err
+			}
+			if p, _, err = b.press(ks); err != nil {
+				return err
+			}
+		}
+		if p.shift {
+			x.fake(xproto.KeyPress, byte(shift.code))
+		}
+		x.fake(xproto.KeyPress, byte(p.code))
+		x.fake(xproto.KeyRelease, byte(p.code))
+		if p.shift {
+			x.fake(xproto.KeyRelease, byte(shift.code))
+		}
+		if sent++; sent%syncEvery == 0 {
+			if err := x.sync(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := x.sync(); err != nil {
+		return err
+	}
+	return b.restore()
+}
+
+// pressChords presses each chord in turn: its keys down in order, held
+// for hold, then up in reverse order. Keys that need shift on their own
+// (a capital letter) get it.
+func (x *xconn) pressChords(ctx context.Context, chords []chord, hold time.Duration) error {
+	km, err := x.keymap()
+	if err != nil {
+		return err
+	}
+	shift, ok := km.pos[ksShiftL]
+	if !ok {
+		return fmt.Errorf("no Shift_L key in the keyboard map")
+	}
+	b := &borrowed{x: x, km: km}
+	for _, c := range chords {
+		var codes []xproto.Keycode
+		for _, ks := range c {
+			p, ok, err := b.press(ks)
+			if err == nil && !ok {
+				err = fmt.Errorf("chord has more unmapped keys than free keycodes")
+			}
+			if err != nil {
+				return errors.Join(err, b.restore())
+			}
+			if p.shift && !containsCode(codes, shift.code) {
+				codes = append(codes, shift.code)
+			}
+			codes = append(codes, p.code)
+		}
+		if err := x.holdKeys(ctx, codes, hold); err != nil {
+			return errors.Join(err, b.restore())
+		}
+	}
+	return b.restore()
+}
+
+// holdKeys presses codes in order, waits hold, and releases them in
+// reverse order. The keys are released even when ctx ends during the
+// wait: a key left down would repeat, and a modifier would stick.
+func (x *xconn) holdKeys(ctx context.Context, codes []xproto.Keycode, hold time.Duration) error {
+	for _, kc := range codes {
+		x.fake(xproto.KeyPress, byte(kc))
+	}
+	var waitErr error
+	if hold > 0 {
+		if err := x.sync(); err != nil {
+			return err
+		}
+		waitErr = sleepCtx(ctx, hold)
+	}
+	for i := len(codes) - 1; i >= 0; i-- {
+		x.fake(xproto.KeyRelease, byte(codes[i]))
+	}
+	return errors.Join(waitErr, x.sync())
+}
+
+// modifiersDown presses the modifier keys mods and returns the keycodes
+// to release afterwards with modifiersUp.
+func (x *xconn) modifiersDown(mods chord) ([]xproto.Keycode, error) {
+	if len(mods) == 0 {
+		return nil, nil
+	}
+	km, err := x.keymap()
+	if err != nil {
+		return nil, err
+	}
+	codes := make([]xproto.Keycode, 0, len(mods))
+	for _, ks := range mods {
+		p, ok := km.pos[ks]
+		if !ok {
+			return nil, fmt.Errorf("modifier %s is not in the keyboard map", keyName(ks))
+		}
+		codes = append(codes, p.code)
+	}
+	for _, kc := range codes {
+		x.fake(xproto.KeyPress, byte(kc))
+	}
+	return codes, nil
+}
+
+func (x *xconn) modifiersUp(codes []xproto.Keycode) {
+	for i := len(codes) - 1; i >= 0; i-- {
+		x.fake(xproto.KeyRelease, byte(codes[i]))
+	}
+}
+
+func containsCode(codes []xproto.Keycode, kc xproto.Keycode) bool {
+	for _, c := range codes {
+		if c == kc {
+			return true
+		}
+	}
+	return false
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// releaseAll releases every key and pointer button the server has down.
+func (x *xconn) releaseAll() error {
+	km, err := xproto.QueryKeymap(x.c).Reply()
+	if err := replyErr(km == nil, err); err != nil {
+		return err
+	}
+	for i, bits := range km.Keys {
+		for b := range 8 {
+			if bits&(1<<b) != 0 {
+				x.fake(xproto.KeyRelease, byte(i*8+b))
+			}
+		}
+	}
+	p, err := xproto.QueryPointer(x.c, x.root).Reply()
+	if err := replyErr(p == nil, err); err != nil {
+		return err
+	}
+	for b := 1; b <= 5; b++ { // the core protocol reports buttons 1–5
+		if p.Mask&(xproto.ButtonMask1<<(b-1)) != 0 {
+			x.fake(xproto.ButtonRelease, byte(b))
+		}
+	}
+	return x.sync()
+}
+
+// scroll clicks the wheel buttons: dy steps down (up when negative), dx
+// steps right (left when negative).
+func (x *xconn) scroll(dx, dy int) {
+	if dy > 0 {
+		x.click(ButtonWheelDown, dy)
+	} else if dy < 0 {
+		x.click(ButtonWheelUp, -dy)
+	}
+	if dx > 0 {
+		x.click(ButtonWheelRight, dx)
+	} else if dx < 0 {
+		x.click(ButtonWheelLeft, -dx)
+	}
+}
+
+// pointer runs a pointer action as one X operation: move to at (when
+// given), press mods, fn, release mods, and a round trip so the server
+// has processed it all when it returns.
+func (s *Session) pointer(ctx context.Context, op string, at *image.Point, mods chord, fn func(x *xconn) error) error {
+	if at != nil && !s.inScreen(*at) {
+		return invalid("%s: (%d, %d) is outside the %dx%d screen", op, at.X, at.Y, s.width, s.height)
+	}
+	return s.withX(ctx, op, 0, func(_ context.Context, x *xconn) error {
+		if at != nil {
+			x.moveTo(*at)
+		}
+		codes, err := x.modifiersDown(mods)
+		if err != nil {
+			return err
+		}
+		if fn != nil {
+			err = fn(x)
+		}
+		x.modifiersUp(codes)
+		return errors.Join(err, x.sync())
+	})
+}
+
+// MouseMove moves the pointer to p, in screen pixels.
+func (s *Session) MouseMove(ctx context.Context, p image.Point) error {
+	return s.pointer(ctx, ActMouseMove, &p, nil, nil)
+}
+
+// Click moves the pointer to p (screen pixels) and clicks b count times:
+// 2 is a double click, 3 a triple click.
+func (s *Session) Click(ctx context.Context, p image.Point, b Button, count int) error {
+	if count < 1 || count > maxClicks {
+		return invalid("click: count %d: want 1 to %d", count, maxClicks)
+	}
+	return s.pointer(ctx, ActClick, &p, nil, func(x *xconn) error { x.click(b, count); return nil })
+}
+
+// MouseDown presses b where the pointer is.
+func (s *Session) MouseDown(ctx context.Context, b Button) error {
+	return s.pointer(ctx, ActMouseDown, nil, nil, func(x *xconn) error { x.fake(xproto.ButtonPress, byte(b)); return nil })
+}
+
+// MouseUp releases b where the pointer is.
+func (s *Session) MouseUp(ctx context.Context, b Button) error {
+	return s.pointer(ctx, ActMouseUp, nil, nil, func(x *xconn) error { x.fake(xproto.ButtonRelease, byte(b)); return nil })
+}
+
+// Drag presses the left button at path[0], moves through the rest of
+// path and releases it at the last point (screen pixels).
+func (s *Session) Drag(ctx context.Context, path []image.Point) error {
+	if len(path) < 2 {
+		return invalid("drag: path needs at least 2 points")
+	}
+	for _, p := range path {
+		if !s.inScreen(p) {
+			return invalid("drag: (%d, %d) is outside the %dx%d screen", p.X, p.Y, s.width, s.height)
+		}
+	}
+	return s.pointer(ctx, ActDrag, nil, nil, func(x *xconn) error { return x.drag(ButtonLeft, path) })
+}
+
+// Scroll moves the pointer to p (screen pixels) and turns the wheel dy
+// steps down (up when negative) and dx steps right (left when negative).
+func (s *Session) Scroll(ctx context.Context, p image.Point, dx, dy int) error {
+	dx = max(-maxScrollSteps, min(dx, maxScrollSteps))
+	dy = max(-maxScrollSteps, min(dy, maxScrollSteps))
+	return s.pointer(ctx, ActScroll, &p, nil, func(x *xconn) error { x.scroll(dx, dy); return nil })
+}
+
+// Type types text into the focused window. Characters missing from the
+// keyboard map are typed on a spare keycode mapped to them for the time.
+func (s *Session) Type(ctx context.Context, text string) error {
+	return s.withX(ctx, ActType, 0, func(ctx context.Context, x *xconn) error { return x.typeText(ctx, text) })
+}
+
+// Key presses xdotool-style chords in turn: "ctrl+s", "Return",
+// "shift+Tab", "ctrl+alt+Delete", "Tab Tab Return".
+func (s *Session) Key(ctx context.Context, keys string) error {
+	chords, err := parseKeys(keys)
+	if err != nil {
+		return invalid("key: %v", err)
+	}
+	return s.pressChords(ctx, chords, 0)
+}
+
+func (s *Session) pressChords(ctx context.Context, chords []chord, hold time.Duration) error {
+	extra := time.Duration(len(chords))*hold + remapSettle
+	return s.withX(ctx, ActKey, extra, func(ctx context.Context, x *xconn) error { return x.pressChords(ctx, chords, hold) })
+}
+
+// Cursor returns the pointer's position in screen pixels.
+func (s *Session) Cursor(ctx context.Context) (image.Point, error) {
+	var p image.Point
+	err := s.withX(ctx, ActCursorPosition, 0, func(_ context.Context, x *xconn) error {
+		var err error
+		p, err = x.pointer()
+		return err
+	})
+	return p, err
+}

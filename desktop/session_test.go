@@ -1,0 +1,266 @@
+package desktop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/testenv"
+)
+
+// The display is usable by other X clients through Display().
+func TestDisplayForClients(t *testing.T) {
+	s := sharedSession(t)
+	d := s.Display()
+	if !strings.HasPrefix(d, ":") {
+		t.Fatalf("Display() = %q", d)
+	}
+	if _, err := exec.LookPath("xdpyinfo"); err != nil {
+		t.Skip("xdpyinfo not installed (x11-utils)")
+	}
+	out, err := exec.Command("xdpyinfo", "-display", d).CombinedOutput()
+	if err != nil {
+		t.Fatalf("xdpyinfo -display %s: %v\n%s", d, err, out)
+	}
+	for _, want := range []string{"dimensions:    1024x768 pixels", "MIT-SHM", "XTEST"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("xdpyinfo does not report %q", want)
+		}
+	}
+	if s.Err() != nil {
+		t.Errorf("Err() = %v on a healthy session", s.Err())
+	}
+	if _, ok := s.LastFault(); ok {
+		t.Error("LastFault() reports a fault on a healthy session")
+	}
+}
+
+func TestStartOptions(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Options{
+		{Width: 10, Height: 10},
+		{Depth: 16},
+		{Apps: []string{"emacs"}},
+	} {
+		_, err := Start(context.Background(), o)
+		if fe := faults.Of(err); err == nil || fe.Category != faults.InvalidRequest {
+			t.Errorf("Start(%+v) = %v, want invalid_request", o, err)
+		}
+	}
+	_, err := Start(context.Background(), Options{XvfbPath: "/nonexistent/Xvfb"})
+	if fe := faults.Of(err); err == nil || fe.Source != faults.Desktop {
+		t.Errorf("Start with a missing Xvfb = %v, want a desktop fault", err)
+	}
+}
+
+// A window manager that is not installed is a warning, not an error.
+func TestMissingWindowManager(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	s := startSession(t, Options{Width: 320, Height: 240, WindowManager: "no-such-window-manager",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if _, err := s.Screenshot(ctxT(t), ShotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "window manager not found") {
+		t.Errorf("no warning about the missing window manager; log:\n%s", logs.String())
+	}
+}
+
+// When the X server dies, the session records desktop.x_server_died,
+// restarts it on the same display with its window manager, and the next
+// screenshot works on a new connection.
+func TestXServerRestart(t *testing.T) {
+	t.Parallel()
+	requireX(t, "openbox")
+	s := startSession(t, Options{Width: 640, Height: 480})
+	if _, err := s.Screenshot(ctxT(t), ShotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	display := s.Display()
+	s.mu.Lock()
+	x, gen := s.xproc, s.xgen
+	s.mu.Unlock()
+	if err := syscall.Kill(x.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-x.exited
+
+	// An action right after the death either waits for the restart and
+	// works, or fails with the death's class; never anything else.
+	if _, err := s.Screenshot(ctxT(t), ShotOptions{}); err != nil && !faults.Is(err, faults.CodeDesktopXDied) {
+		t.Errorf("screenshot right after the X server died: %v, want success or %s", err, faults.CodeDesktopXDied)
+	}
+
+	f, ok := s.LastFault()
+	if !ok || f.Err.Code != faults.CodeDesktopXDied || f.Err.Source != faults.Desktop || !f.Err.Retryable {
+		t.Fatalf("LastFault() = %+v, %v; want a retryable %s from source desktop", f, ok, faults.CodeDesktopXDied)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for s.Err() != nil && time.Now().Before(deadline) {
+		if !faults.Is(s.Err(), faults.CodeDesktopXDied) {
+			t.Fatalf("Err() during the restart = %v", s.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("X server not back after 15 s: %v", err)
+	}
+	shot, err := s.Screenshot(ctxT(t), ShotOptions{Format: FormatJPEG})
+	if err != nil {
+		t.Fatalf("screenshot after the restart: %v", err)
+	}
+	if shot.Width != 640 || shot.Height != 480 {
+		t.Errorf("screenshot after the restart is %dx%d", shot.Width, shot.Height)
+	}
+	if err := s.MouseMove(ctxT(t), image.Pt(33, 44)); err != nil {
+		t.Fatalf("move after the restart: %v", err)
+	}
+	if p, err := s.Cursor(ctxT(t)); err != nil || p != image.Pt(33, 44) {
+		t.Errorf("cursor after the restart: %v, %v", p, err)
+	}
+	s.mu.Lock()
+	newX, newGen, wm := s.xproc, s.xgen, s.wm
+	s.mu.Unlock()
+	s.xsem <- struct{}{}
+	conn := s.conn
+	<-s.xsem
+	if s.Display() != display || newX.pid == x.pid || newGen == gen || conn.gen != newGen {
+		t.Errorf("after the restart: display %s (was %s), pid %d (was %d), gen %d (was %d), connection gen %d",
+			s.Display(), display, newX.pid, x.pid, newGen, gen, conn.gen)
+	}
+	if wm == nil || wm.done() {
+		t.Error("the window manager was not restarted with the X server")
+	}
+}
+
+// A window manager that dies on its own is started again; that is no
+// fault of the desktop's.
+func TestWindowManagerRestart(t *testing.T) {
+	t.Parallel()
+	requireX(t, "openbox")
+	s := startSession(t, Options{Width: 320, Height: 240})
+	s.mu.Lock()
+	wm := s.wm
+	s.mu.Unlock()
+	if wm == nil {
+		t.Fatal("no window manager")
+	}
+	if err := syscall.Kill(wm.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		again := s.wm
+		s.mu.Unlock()
+		if again != nil && again != wm && !again.done() {
+			if _, ok := s.LastFault(); ok || s.Err() != nil {
+				t.Errorf("a window manager restart recorded a fault: %v", s.Err())
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the window manager was not restarted within 10 s")
+}
+
+// Close kills every process of the session and their descendants, reaps
+// them, and leaves the display's files behind for no one.
+func TestCloseLeavesNoProcesses(t *testing.T) {
+	t.Parallel()
+	requireX(t, "openbox", "xterm")
+	becomeSubreaper(t)
+	// Xvfb, openbox, xterm and its shell; chromium adds itself and at
+	// least two helpers (zygotes, GPU and network processes).
+	apps, want := []string{AppXterm}, 4
+	if _, ok := testenv.ChromiumPath(); ok {
+		apps, want = append(apps, AppChromium), want+3
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Start(ctx, Options{Width: 800, Height: 600, Apps: apps, Env: testShell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the apps spawn their children.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sessionProcs(s.id)) < want && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := sessionProcs(s.id)
+	if len(before) < want {
+		t.Errorf("only %d processes before Close: %v", len(before), describe(before))
+	}
+	display, dir := s.Display(), s.dir
+	s.Close()
+	if left := sessionProcs(s.id); len(left) > 0 {
+		t.Errorf("processes left after Close: %v", describe(left))
+	}
+	for _, pid := range before {
+		if st, ok := readStat(pid); ok && st.ppid == os.Getpid() {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			t.Errorf("process %d is still our child (state %s) after Close: %s", pid, st.state, b)
+		}
+	}
+	if _, err := os.Stat("/tmp/.X" + strings.TrimPrefix(display, ":") + "-lock"); err == nil {
+		t.Errorf("the lock file of display %s is left", display)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("the session directory %s is left", dir)
+	}
+	if err := s.Err(); !faults.Is(err, faults.CodeShuttingDown) {
+		t.Errorf("Err() after Close = %v", err)
+	}
+	res, err := s.Do(ctxT(t), []Action{{Type: ActMouseMove, X: fp(1), Y: fp(1)}})
+	if err == nil || len(res) != 1 || res[0].OK {
+		t.Errorf("Do after Close = %+v, %v; want a failure", res, err)
+	}
+	s.Close() // a second Close is harmless
+}
+
+// becomeSubreaper makes the test process adopt orphaned descendants, as
+// an agent running as PID 1 does, so Close's reaping shows.
+func becomeSubreaper(t *testing.T) {
+	const prSetChildSubreaper = 36
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		t.Logf("prctl(PR_SET_CHILD_SUBREAPER): %v", errno)
+	}
+}
+
+func describe(pids []int) []string {
+	var out []string
+	for _, pid := range pids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
