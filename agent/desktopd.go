@@ -63,12 +63,14 @@ func DesktopMain(ctx context.Context, args []string) error {
 		return err
 	}
 	defer sess.Close()
+	vnc := &vncServer{display: sess.Display, log: log}
+	defer vnc.stop()
 	_ = os.Remove(*sock)
 	ln, err := net.Listen("unix", *sock)
 	if err != nil {
 		return fmt.Errorf("desktop daemon: %w", err)
 	}
-	srv := &http.Server{Handler: desktopHandler(sess), ReadHeaderTimeout: readHeaderTimeout}
+	srv := &http.Server{Handler: desktopHandler(sess, vnc), ReadHeaderTimeout: readHeaderTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -83,7 +85,7 @@ func DesktopMain(ctx context.Context, args []string) error {
 }
 
 // desktopHandler serves API.md's desktop paths over one session.
-func desktopHandler(sess *desktop.Session) http.Handler {
+func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 	mux := http.NewServeMux()
 	fail := func(w http.ResponseWriter, err error) {
 		f := faults.Of(err)
@@ -134,6 +136,11 @@ func desktopHandler(sess *desktop.Session) http.Handler {
 		h.Set("X-Orchard-Frame", strconv.FormatInt(shot.ID, 10))
 		h.Set("X-Orchard-Scale", strconv.FormatFloat(shot.Scale, 'f', -1, 64))
 		_, _ = w.Write(shot.Data)
+	})
+	mux.HandleFunc("GET /desktop/vnc", func(w http.ResponseWriter, r *http.Request) {
+		if err := vnc.serve(w, r); err != nil {
+			fail(w, err)
+		}
 	})
 	mux.HandleFunc("GET /desktop/status", func(w http.ResponseWriter, r *http.Request) {
 		st := map[string]any{"display": sess.Display()}

@@ -7,6 +7,7 @@ import (
 	"image"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -263,6 +264,53 @@ func BenchmarkToRGBA(b *testing.B) {
 	b.Run("parallel", func(b *testing.B) {
 		for b.Loop() {
 			toRGBA(dst, src, true)
+		}
+	})
+}
+
+// BenchmarkAgainstTools runs the X tools agents otherwise spawn per
+// action, in the same run as ours: xwd and ImageMagick's import for a
+// screenshot, xdotool for a click. Each is skipped when not installed.
+//
+//	go test -run XXX -bench 'AgainstTools|Screenshot|Click' -benchtime 30x -count 3 ./desktop
+func BenchmarkAgainstTools(b *testing.B) {
+	s := benchSession(b)
+	env := append(os.Environ(), "DISPLAY="+s.Display())
+	ctx := context.Background()
+	tools := []struct {
+		name string
+		argv []string
+	}{
+		{"xwd-root", []string{"xwd", "-root", "-silent", "-out", "/dev/null"}},
+		{"import-jpeg", []string{"import", "-window", "root", "-quality", "80", "jpeg:/dev/null"}},
+		{"xdotool-click", []string{"xdotool", "mousemove", "640", "400", "click", "1"}},
+	}
+	for _, tool := range tools {
+		b.Run(tool.name, func(b *testing.B) {
+			if _, err := exec.LookPath(tool.argv[0]); err != nil {
+				b.Skipf("%s not installed", tool.argv[0])
+			}
+			for b.Loop() {
+				cmd := exec.Command(tool.argv[0], tool.argv[1:]...)
+				cmd.Env = env
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v: %s", err, out)
+				}
+			}
+		})
+	}
+	b.Run("ours-jpeg", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Screenshot(ctx, ShotOptions{Format: FormatJPEG, Quality: 80}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ours-click", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.Click(ctx, image.Pt(640, 400), ButtonLeft, 1); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

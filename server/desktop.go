@@ -11,6 +11,8 @@ func (s *Server) desktopRoutes() []route {
 			query: []queryParam{{"format", "string", "png or jpeg", false}, {"quality", "integer", "JPEG quality", false},
 				{"width", "integer", "scale down to fit this width", false}, {"height", "integer", "scale down to fit this height", false}},
 			produces: "image/png", handler: s.toAgent("/desktop/screenshot")},
+		{method: "GET", path: "/sandboxes/:id/desktop/vnc", summary: "Live view: RFB over WebSocket (noVNC), view-only, shared by up to 8 viewers",
+			ws: true, handler: s.toAgent("/desktop/vnc")},
 		{method: "GET", path: "/sandboxes/:id/desktop/status", summary: "The X display and the last desktop fault (an X server restart)",
 			response: map[string]any{}, handler: s.toAgent("/desktop/status")},
 	}

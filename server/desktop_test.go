@@ -2,20 +2,26 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"image"
 	_ "image/jpeg"
 	_ "image/png"
 	"io"
 	"net/http"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
 )
 
-func requireXvfb(t *testing.T) {
+func requireXvfb(t testing.TB) {
 	t.Helper()
 	for _, name := range []string{"Xvfb", "xterm", "xdpyinfo"} {
 		_, err := exec.LookPath(name)
@@ -70,20 +76,8 @@ func TestDesktopSandbox(t *testing.T) {
 
 	// A screenshot scaled to 400 wide: its frame's scale is 0.5, and a
 	// click at (100, 100) in its pixels lands at (200, 200) on the screen.
-	req, _ := http.NewRequest("GET", srv.URL+"/sandboxes/"+id+"/desktop/screenshot?format=png&width=400", nil)
-	req.Header.Set("X-API-Key", srv.APIKey)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	png, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "image/png" || res.Header.Get("X-Orchard-Scale") != "0.5" {
-		t.Fatalf("screenshot: %d %v", res.StatusCode, res.Header)
-	}
-	img, _, err := image.Decode(bytes.NewReader(png))
-	if err != nil || img.Bounds().Dx() != 400 || img.Bounds().Dy() != 300 {
-		t.Fatalf("screenshot image: %v %v", err, img)
+	if img := desktopShot(t, srv, id, "&width=400"); img.Bounds().Dx() != 400 || img.Bounds().Dy() != 300 {
+		t.Fatalf("scaled screenshot: %v", img.Bounds())
 	}
 	if x, y := cursor(map[string]any{"actions": []map[string]any{{"type": "mouse_move", "x": 100, "y": 100}, {"type": "cursor_position"}}}); x != 100 || y != 100 {
 		t.Errorf("cursor in the scaled frame's pixels: %v,%v, want 100,100", x, y)
@@ -92,6 +86,72 @@ func TestDesktopSandbox(t *testing.T) {
 	// is at (200, 200) there.
 	if x, y := cursor(map[string]any{"actions": []map[string]any{{"type": "screenshot"}, {"type": "cursor_position"}}}); x != 200 || y != 200 {
 		t.Errorf("cursor on the screen: %v,%v, want 200,200", x, y)
+	}
+
+	// Typing into the xterm runs a command whose output exec reads back.
+	// The xterm's window is found with xwininfo, and clicked in its middle.
+	j = execWait(t, srv, id, map[string]any{"command": `for i in $(seq 100); do xwininfo -root -tree | grep -q '("xterm"' && break; sleep 0.1; done; xwininfo -root -tree | grep '("xterm"' | head -1`})
+	m := regexp.MustCompile(`(\d+)x(\d+)\+-?\d+\+-?\d+\s+\+(-?\d+)\+(-?\d+)`).FindStringSubmatch(j.Stdout)
+	if m == nil {
+		t.Fatalf("no xterm window: %q", j.Stdout)
+	}
+	num := func(s string) int { n, _ := strconv.Atoi(s); return n }
+	cx, cy := num(m[3])+num(m[1])/2, num(m[4])+num(m[2])/2
+	a := call(t, srv, "POST", "/sandboxes/"+id+"/desktop/actions", map[string]any{"actions": []map[string]any{
+		{"type": "screenshot"},
+		{"type": "click", "x": cx, "y": cy},
+		{"type": "type", "text": "echo typed-$((6*7)) ✓ > /tmp/typed"},
+		{"type": "key", "keys": "Return"},
+		{"type": "wait", "ms": 300},
+	}})
+	if a.status != 200 || a.body["ok"] != true {
+		t.Fatalf("typing: %s", a.raw)
+	}
+	j = execWait(t, srv, id, map[string]any{"command": "for i in 1 2 3 4 5 6 7 8 9 10; do [ -s /tmp/typed ] && break; sleep 0.2; done; cat /tmp/typed"})
+	if got := strings.TrimSpace(j.Stdout); got != "typed-42 ✓" {
+		t.Errorf("typed into the xterm, read back %q", got)
+	}
+
+	// Pixel probe: the root window painted green shows green where no
+	// window covers it.
+	if _, err := exec.LookPath("xsetroot"); err == nil {
+		execWait(t, srv, id, map[string]any{"command": "xsetroot -solid '#00ff00'"})
+		img := desktopShot(t, srv, id, "")
+		if r, g, b, _ := img.At(790, 590).RGBA(); r>>8 > 16 || g>>8 < 240 || b>>8 > 16 {
+			t.Errorf("root window pixel = %d,%d,%d, want green", r>>8, g>>8, b>>8)
+		}
+	}
+
+	// Live view: an RFB handshake over the WebSocket reaches the desktop.
+	if _, err := exec.LookPath("x11vnc"); err != nil {
+		testenv.Require(t, "x11vnc", false, "apt-get install x11vnc")
+	} else {
+		w, h := vncHandshake(t, srv, id)
+		if w != 800 || h != 600 {
+			t.Errorf("RFB ServerInit %dx%d, want 800x600", w, h)
+		}
+		w2, _ := vncHandshake(t, srv, id) // a second viewer shares the server
+		if w2 != 800 {
+			t.Errorf("second viewer: %d", w2)
+		}
+	}
+
+	// The X server killed mid-session: detected, classified, recovered.
+	execWait(t, srv, id, map[string]any{"command": "pkill -KILL -x Xvfb; true"})
+	var fault map[string]any
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && fault == nil; time.Sleep(100 * time.Millisecond) {
+		st := call(t, srv, "GET", "/sandboxes/"+id+"/desktop/status", nil)
+		fault, _ = st.body["last_fault"].(map[string]any)
+	}
+	if fault == nil || fault["code"] != "desktop.x_server_died" || fault["source"] != "desktop" {
+		t.Errorf("after killing Xvfb: last fault %v", fault)
+	}
+	if img := desktopShot(t, srv, id, ""); img.Bounds().Dx() != 800 {
+		t.Errorf("screenshot after the restart: %v", img.Bounds())
+	}
+	j = execWait(t, srv, id, map[string]any{"command": "xdpyinfo | grep dimensions"})
+	if !strings.Contains(j.Stdout, "800x600") {
+		t.Errorf("X after restart: %+v", j)
 	}
 
 	// Bad input is a classified 4xx; browser paths refuse a desktop sandbox.
@@ -104,4 +164,89 @@ func TestDesktopSandbox(t *testing.T) {
 	if a := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "desktop": map[string]any{"width": 10}}); a.status != 422 {
 		t.Errorf("desktop settings on a shell: %d %s", a.status, a.raw)
 	}
+}
+
+// vncHandshake runs RFB 3.8 with no authentication over /desktop/vnc and
+// returns the framebuffer size of the ServerInit.
+func vncHandshake(t *testing.T, srv *testserver.Server, id string) (int, int) {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/sandboxes/" + id + "/desktop/vnc"
+	d := websocket.Dialer{Subprotocols: []string{"binary"}, HandshakeTimeout: 10 * time.Second}
+	conn, resp, err := d.Dial(u, http.Header{"X-API-Key": {srv.APIKey}})
+	if err != nil {
+		t.Fatalf("vnc websocket: %v %v", err, resp)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	var buf []byte
+	read := func(n int) []byte {
+		t.Helper()
+		for len(buf) < n {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				t.Fatalf("rfb read: %v", err)
+			}
+			buf = append(buf, msg...)
+		}
+		out := buf[:n]
+		buf = buf[n:]
+		return out
+	}
+	send := func(b []byte) {
+		t.Helper()
+		if err := conn.WriteMessage(websocket.BinaryMessage, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := string(read(12)); !strings.HasPrefix(v, "RFB 003.") {
+		t.Fatalf("rfb version %q", v)
+	}
+	send([]byte("RFB 003.008\n"))
+	n := int(read(1)[0])
+	types := read(n)
+	if !bytes.Contains(types, []byte{1}) {
+		t.Fatalf("security types %v: no None (view-only without a password)", types)
+	}
+	send([]byte{1})
+	if res := binary.BigEndian.Uint32(read(4)); res != 0 {
+		t.Fatalf("security result %d", res)
+	}
+	send([]byte{1})  // shared
+	init := read(24) // width, height, pixel format (16), name length
+	w, h := int(binary.BigEndian.Uint16(init[0:2])), int(binary.BigEndian.Uint16(init[2:4]))
+	read(int(binary.BigEndian.Uint32(init[20:24]))) // the desktop's name
+	// A full (non-incremental) update request is answered with a
+	// FramebufferUpdate (message type 0) carrying at least one rectangle.
+	req := []byte{3, 0, 0, 0, 0, 0, byte(w >> 8), byte(w), byte(h >> 8), byte(h)}
+	send(req)
+	hdr := read(4)
+	if hdr[0] != 0 || binary.BigEndian.Uint16(hdr[2:4]) == 0 {
+		t.Fatalf("no framebuffer update: % x", hdr)
+	}
+	return w, h
+}
+
+// desktopShot fetches a PNG screenshot and checks its headers.
+func desktopShot(t *testing.T, srv *testserver.Server, id, query string) image.Image {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srv.URL+"/sandboxes/"+id+"/desktop/screenshot?format=png"+query, nil)
+	req.Header.Set("X-API-Key", srv.APIKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	wantScale := "1"
+	if strings.Contains(query, "width=400") {
+		wantScale = "0.5"
+	}
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "image/png" || res.Header.Get("X-Orchard-Scale") != wantScale || res.Header.Get("X-Orchard-Frame") == "" {
+		t.Fatalf("screenshot: %d %v %s", res.StatusCode, res.Header, data)
+	}
+	img, _, err := image.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
