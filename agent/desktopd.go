@@ -33,6 +33,9 @@ type DesktopOptions struct {
 	Apps   []string `json:"apps,omitempty"`
 	// WindowManager is "" (openbox when installed) or "none".
 	WindowManager string `json:"window_manager,omitempty"`
+	// URL is what the chromium app opens, as an app window (no tabs or
+	// address bar) filling the screen.
+	URL string `json:"url,omitempty"`
 }
 
 var desktopDaemon = daemonKind{name: "desktop", code: faults.CodeDesktopXDied, launch: faults.CodeDesktopLaunch, source: faults.Desktop,
@@ -57,8 +60,12 @@ func DesktopMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("desktop options: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "desktop")
+	var chromiumArgs []string
+	if o.URL != "" {
+		chromiumArgs = []string{"--app=" + o.URL}
+	}
 	sess, err := desktop.Start(ctx, desktop.Options{Width: o.Width, Height: o.Height, Depth: o.Depth,
-		Apps: o.Apps, WindowManager: o.WindowManager, Logger: log})
+		Apps: o.Apps, WindowManager: o.WindowManager, ChromiumArgs: chromiumArgs, Logger: log})
 	if err != nil {
 		return err
 	}

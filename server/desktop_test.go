@@ -8,6 +8,7 @@ import (
 	_ "image/png"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -249,4 +250,68 @@ func desktopShot(t *testing.T, srv *testserver.Server, id, query string) image.I
 		t.Fatal(err)
 	}
 	return img
+}
+
+// appPage reports what input did to it in its title, which the X window
+// name carries, so exec (xwininfo) reads the app's state back.
+const appPage = `<html><head><title>ready</title></head><body style="margin:0;height:5000px">
+<button style="position:absolute;left:100px;top:100px;width:200px;height:80px" onclick="document.title='clicked'">press</button>
+<textarea id="t" style="position:absolute;left:100px;top:250px;width:300px;height:80px">copy me</textarea>
+<div id="d" style="position:absolute;left:500px;top:100px;width:80px;height:80px;background:red"></div>
+<script>
+let drag = null;
+document.getElementById('d').onmousedown = e => { drag = [e.clientX, e.clientY]; e.preventDefault(); };
+onmouseup = e => { if (drag) { document.title = 'drag=' + (e.clientX - drag[0]) + ',' + (e.clientY - drag[1]); drag = null; } };
+onscroll = () => { document.title = 'scroll=' + Math.round(scrollY); };
+document.addEventListener('copy', () => { const t = document.getElementById('t');
+  document.title = 'copied:' + t.value.substring(t.selectionStart, t.selectionEnd); });
+</script></body></html>`
+
+// Click, scroll, drag and key chords reach a real app at the positions
+// meant: a chromium app window with no window manager fills the screen
+// from (0, 0), so page coordinates are screen coordinates.
+func TestDesktopInputReachesApp(t *testing.T) {
+	requireXvfb(t)
+	testenv.RequireChromium(t)
+	srv := testserver.Start(t, testserver.Options{})
+	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "desktop",
+		"desktop": map[string]any{"width": 1024, "height": 768, "apps": []string{"chromium"}, "window_manager": "none",
+			"url": "data:text/html," + url.PathEscape(appPage)}})
+	want(t, r, 200)
+	id := r.body["sandbox_id"].(string)
+	if w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=60", nil); w.body["status"] != "ready" {
+		t.Fatalf("desktop sandbox: %s", w.raw)
+	}
+	title := func(want string) string {
+		t.Helper()
+		j := execWait(t, srv, id, map[string]any{"command": "for i in $(seq 100); do xwininfo -root -tree | grep -q '\"" + want +
+			"' && break; sleep 0.1; done; xwininfo -root -tree | grep -o '\"" + want + "[^\"]*\"' | head -1"})
+		return strings.Trim(strings.TrimSpace(j.Stdout), `"`)
+	}
+	if got := title("ready"); got != "ready" {
+		t.Fatalf("the app did not come up: %q", got)
+	}
+	act := func(actions ...map[string]any) {
+		t.Helper()
+		a := call(t, srv, "POST", "/sandboxes/"+id+"/desktop/actions", map[string]any{"actions": actions})
+		if a.status != 200 || a.body["ok"] != true {
+			t.Fatalf("actions: %s", a.raw)
+		}
+	}
+	act(map[string]any{"type": "click", "x": 200, "y": 140})
+	if got := title("clicked"); got != "clicked" {
+		t.Errorf("click: title %q", got)
+	}
+	act(map[string]any{"type": "drag", "path": [][]int{{540, 140}, {590, 165}, {640, 190}}})
+	if got := title("drag="); got != "drag=100,50" {
+		t.Errorf("drag: title %q", got)
+	}
+	act(map[string]any{"type": "click", "x": 250, "y": 290}, map[string]any{"type": "key", "keys": "ctrl+a"}, map[string]any{"type": "key", "keys": "ctrl+c"})
+	if got := title("copied:"); got != "copied:copy me" {
+		t.Errorf("select-all and copy: title %q", got)
+	}
+	act(map[string]any{"type": "scroll", "x": 700, "y": 500, "dy": 5})
+	if got := title("scroll="); got == "" || got == "scroll=0" {
+		t.Errorf("scroll: title %q", got)
+	}
 }
