@@ -200,6 +200,25 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
+	mux.HandleFunc("POST /browser/evaluate", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Expression string `json:"expression"`
+		}
+		if err := decodeJSON(w, r, 1<<20, &req); err != nil {
+			fail(w, err)
+			return
+		}
+		if req.Expression == "" {
+			fail(w, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "expression is required"))
+			return
+		}
+		v, err := sess.Evaluate(r.Context(), req.Expression)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]json.RawMessage{"value": v})
+	})
 	mux.HandleFunc("GET /browser/observation", func(w http.ResponseWriter, r *http.Request) {
 		o, err := observeOptions(r.URL.Query(), "jpeg")
 		if err != nil {

@@ -2,7 +2,10 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/orchard/orchard/faults"
 )
 
 // Request is the body of POST /browser/actions: a list of actions (or a
@@ -119,4 +122,28 @@ func (s *Session) Run(ctx context.Context, r Request) (Response, error) {
 	}
 	resp.Timing.TotalMS = msSince(start)
 	return resp, nil
+}
+
+// Evaluate runs a JavaScript expression in the active tab's page (awaiting
+// a promise) and returns its value as JSON: what evaluators of a finished
+// episode ask of the live page.
+func (s *Session) Evaluate(ctx context.Context, expr string) ([]byte, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	t, err := s.activeTab(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := t.eval(ctx, expr, true, s.opts.CallTimeout)
+	if err != nil {
+		if _, ok := errors.AsType[*faults.Error](err); ok {
+			return nil, err
+		}
+		return nil, faults.Wrap(err, faults.CodeActionInvalid, faults.InvalidRequest, faults.Policy, "evaluate: "+err.Error())
+	}
+	if len(v) == 0 {
+		return []byte("null"), nil
+	}
+	return []byte(v), nil
 }

@@ -188,3 +188,22 @@ const (
 	// CodeFaultPlanInvalid: a fault plan names an unknown kind or field.
 	CodeFaultPlanInvalid = "client.invalid_fault_plan"
 )
+
+// Episodes and their evaluation.
+const (
+	// CodeJudgeFailed: the LLM judge could not be reached or gave no
+	// usable verdict; the episode ends env_error, never failure.
+	CodeJudgeFailed = "platform.judge_failed"
+	// CodeTaskNotFound: no loaded task has the id.
+	CodeTaskNotFound = "task.not_found"
+	// CodeTaskInvalid: a task file or task is malformed.
+	CodeTaskInvalid = "task.invalid"
+	// CodeTaskSetupFailed: a task's setup (files, commands) failed.
+	CodeTaskSetupFailed = "task.setup_failed"
+	// CodeEpisodeNotFound: no episode has the id.
+	CodeEpisodeNotFound = "episode.not_found"
+	// CodeEpisodeDone: the episode has ended; it takes no more steps.
+	CodeEpisodeDone = "episode.done"
+	// CodeEpisodeDeadline: the episode ran past its deadline or step limit.
+	CodeEpisodeDeadline = "episode.deadline"
+)

@@ -104,6 +104,15 @@ var registry = []CodeInfo{
 	{CodeDesktopXDied, Unavailable, Desktop, true, true, "The X server of a desktop sandbox died."},
 	{CodeDesktopLaunch, Unavailable, Desktop, true, true, "The desktop (X server, window manager, apps) could not be started."},
 
+	// Episodes and their evaluation.
+	{CodeJudgeFailed, Unavailable, Platform, true, true, "The LLM judge could not be reached or gave no usable verdict; the episode ends env_error, never failure."},
+	{CodeTaskNotFound, NotFound, Task, false, true, "No loaded task has the id."},
+	{CodeTaskInvalid, InvalidRequest, Task, false, true, "A task file or task is malformed (the line number is in the message)."},
+	{CodeTaskSetupFailed, Unavailable, Task, true, true, "A task's setup (files to write, commands to run) failed in the sandbox."},
+	{CodeEpisodeNotFound, NotFound, Client, false, false, "No episode has the id."},
+	{CodeEpisodeDone, Conflict, Client, false, false, "The episode has ended and takes no more steps."},
+	{CodeEpisodeDeadline, Timeout, Policy, false, false, "The episode ran past its deadline or its step limit."},
+
 	// Actions the policy asks for: its own failures, kept as signal.
 	{CodeActionInvalid, InvalidRequest, Policy, false, false, "The action is malformed or cannot apply to its target (a disabled element, say)."},
 	{CodeActionNoSuchElement, ActionFailed, Policy, false, false, "No element matches the action's target."},

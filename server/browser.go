@@ -36,6 +36,8 @@ func (s *Server) browserRoutes() []route {
 			query: []queryParam{{"format", "string", "png or jpeg", false}, {"quality", "integer", "", false},
 				{"full_page", "boolean", "", false}, {"width", "integer", "", false}},
 			handler: s.toAgent("/browser/screenshot")},
+		{method: "POST", path: "/sandboxes/:id/browser/evaluate", summary: "Evaluate a JavaScript expression in the active tab: {expression} → {value}",
+			request: map[string]any{}, response: map[string]any{}, handler: s.toAgent("/browser/evaluate")},
 		{method: "GET", path: "/sandboxes/:id/browser/tabs", summary: "Open tabs", response: map[string]any{}, handler: s.toAgent("/browser/tabs")},
 		{method: "GET", path: "/sandboxes/:id/browser/network", summary: "The sandbox's connection log (?format=har for HTTP Archive 1.2, ?since=ID for newer entries)",
 			query:    []queryParam{{"format", "string", "json or har", false}, {"since", "integer", "only entries with a larger id", false}},

@@ -56,7 +56,7 @@ func (s *Server) recovery() gin.HandlerFunc {
 
 // readBody reads the bounded request body once. Malformed JSON is refused
 // with 422 here, before authentication, as FastAPI does.
-func (s *Server) readBody(limit int64) gin.HandlerFunc {
+func (s *Server) readBody(limit int64, raw bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.Request.Body == nil || c.Request.Method == http.MethodGet {
 			c.Next()
@@ -73,7 +73,7 @@ func (s *Server) readBody(limit int64) gin.HandlerFunc {
 			renderError(c, s.log, faults.Wrap(err, faults.CodeInvalidJSON, faults.InvalidRequest, faults.Client, "could not read request body"))
 			return
 		}
-		if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
+		if !raw && len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
 			e := errValidation(validationItem{Type: "json_invalid", Loc: []any{"body", 0}, Msg: "JSON decode error", Input: map[string]any{}})
 			e.Code = faults.CodeInvalidJSON
 			renderError(c, s.log, e)

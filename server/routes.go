@@ -33,6 +33,8 @@ type route struct {
 	handler      handlerFunc
 	// produces is the 200 media type when it is not JSON.
 	produces string
+	// rawBody: the body is a file (JSONL, YAML), not one JSON document.
+	rawBody bool
 }
 
 type queryParam struct {

@@ -11,10 +11,13 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gorilla/websocket"
 
+	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/metrics"
+	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/server/manager"
 	"github.com/orchard/orchard/sitehealth"
+	"github.com/orchard/orchard/tasks"
 )
 
 // Version is the service version reported by GET / (Orchard reports 0.1.0).
@@ -31,6 +34,14 @@ type Config struct {
 	// Metrics receives the server's instrumentation and is served at
 	// GET /metrics; nil = a fresh registry of the server's own.
 	Metrics *metrics.Metrics
+	// RecordingsDir keeps episode recordings; empty = episodes are not
+	// recorded and /recordings answers 501.
+	RecordingsDir string
+	// Judge is the LLM judge of tasks whose eval is "judge" (JUDGE_URL,
+	// JUDGE_MODEL, JUDGE_API_KEY); nil = such tasks end env_error.
+	Judge *evaluate.JudgeConfig
+	// Tasks holds the loaded task suites; nil = a fresh registry.
+	Tasks *tasks.Registry
 	// SiteHealth reports the per-host circuit breakers at GET /sitehealth
 	// and in metrics; nil = no breaker (the route answers an empty list).
 	SiteHealth SiteHealth
@@ -53,6 +64,11 @@ type Server struct {
 	log       *slog.Logger
 	engine    *gin.Engine
 	routes    []route
+
+	eps       *episodeStore
+	tasks     *tasks.Registry
+	evaluator *evaluate.Evaluator
+	recs      *recordings.Store // nil without Config.RecordingsDir
 }
 
 // New builds the server and its routes.
@@ -70,7 +86,19 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 		cfg.Metrics = metrics.New()
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New()}
+	if cfg.Tasks == nil {
+		cfg.Tasks = tasks.NewRegistry()
+	}
+	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New(),
+		eps: &episodeStore{eps: map[string]*episode{}}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
+	if cfg.RecordingsDir != "" {
+		recs, err := recordings.NewStore(cfg.RecordingsDir)
+		if err != nil {
+			log.Error("recordings: episodes will not be recorded", "dir", cfg.RecordingsDir, "err", err)
+		} else {
+			s.recs = recs
+		}
+	}
 	e := s.engine
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -95,9 +123,9 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	e.NoMethod(func(c *gin.Context) {
 		renderError(c, s.log, faults.New(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "Method Not Allowed").WithStatus(http.StatusMethodNotAllowed))
 	})
-	s.routes = append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...)
+	s.routes = append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...)
 	for _, r := range s.routes {
-		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes)}
+		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody)}
 		if !r.public {
 			chain = append(chain, s.auth(r.ws))
 		}

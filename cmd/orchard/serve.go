@@ -22,6 +22,7 @@ import (
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/agentbin"
+	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
@@ -125,6 +126,10 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	defer hub.Close()
 	cfg.Manager.Egress = hub
+	cfg.Server.RecordingsDir = filepath.Join(cfg.StateDir, "recordings")
+	if u := os.Getenv("JUDGE_URL"); u != "" {
+		cfg.Server.Judge = &evaluate.JudgeConfig{URL: u, Model: os.Getenv("JUDGE_MODEL"), APIKey: os.Getenv("JUDGE_API_KEY")}
+	}
 	cfg.Manager.Browser = true
 	cfg.Manager.Desktop = true
 	cfg.Manager.AdoptOrphans = cfg.Store == "memory"

@@ -126,6 +126,9 @@ func Start(t testing.TB, opts Options) *Server {
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
+	if sc.RecordingsDir == "" {
+		sc.RecordingsDir = filepath.Join(dir, "recordings")
+	}
 	if len(sc.APIKeys) == 0 {
 		sc.APIKeys = []string{APIKey}
 	}

@@ -332,7 +332,8 @@ func campaign(ctx context.Context, e store.Elector, holder string, ttl time.Dura
 // One of two campaigners leads; when it steps down the other takes over.
 func testCampaign(t *testing.T, e store.Elector) {
 	c := ctx(t)
-	const ttl = 300 * time.Millisecond
+	// Long enough that a loaded machine's renewal never lags a whole lease.
+	const ttl = time.Second
 	ls := &leaders{t: t}
 	actx, stopA := context.WithCancel(c)
 	bctx, stopB := context.WithCancel(c)

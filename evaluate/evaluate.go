@@ -1,0 +1,300 @@
+// Package evaluate scores a finished episode against its task's eval: the
+// final answer, the final page's URL and DOM, a script run in the page, or
+// an LLM judge reading the trajectory.
+package evaluate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/tasks"
+)
+
+// Page is what the evaluators need of the live page at the end of an
+// episode.
+type Page interface {
+	URL() string
+	// Eval runs the JavaScript expression expr in the page and returns its
+	// value as JSON. Failures should come classified (browser.crashed ...).
+	Eval(ctx context.Context, expr string) (json.RawMessage, error)
+}
+
+// Step is one action of a trajectory.
+type Step struct {
+	N      int             `json:"n"`
+	Action json.RawMessage `json:"action"`
+	URL    string          `json:"url,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// Trajectory is what the policy did in an episode.
+type Trajectory struct {
+	Question, Answer, StartURL string
+	Steps                      []Step
+	// Screenshots are the last few screenshots, oldest first, JPEG or PNG.
+	Screenshots [][]byte
+}
+
+// Result is the score of an episode.
+type Result struct {
+	Success bool           `json:"success"`
+	Reward  float64        `json:"reward"`
+	Type    string         `json:"type"`
+	Details map[string]any `json:"details,omitempty"` // what was compared
+	Judge   *JudgeVerdict  `json:"judge,omitempty"`
+}
+
+// Evaluator scores episodes. Judge is needed only for judge evals.
+type Evaluator struct {
+	Judge *JudgeConfig
+}
+
+// Evaluate scores tr (and page, the final page, for url_match, dom_match
+// and js) against ev. An error means no verdict could be reached — a bad
+// eval (task.invalid), a missing page, a page or judge failure — never that
+// the policy failed.
+func (e *Evaluator) Evaluate(ctx context.Context, ev tasks.Eval, tr Trajectory, page Page) (Result, error) {
+	if err := ev.Validate(); err != nil {
+		return Result{}, taskInvalid("%v", err)
+	}
+	var (
+		ok      bool
+		details map[string]any
+		verdict *JudgeVerdict
+		err     error
+	)
+	switch ev.Type {
+	case tasks.EvalAnswerMatch:
+		ok, details, err = answerMatch(ev, tr.Answer)
+	case tasks.EvalURLMatch:
+		if page == nil {
+			return Result{}, noPage(ev.Type)
+		}
+		ok, details, err = urlMatch(ev, page.URL())
+	case tasks.EvalDOMMatch:
+		if page == nil {
+			return Result{}, noPage(ev.Type)
+		}
+		ok, details, err = domMatch(ctx, ev, page)
+	case tasks.EvalJS:
+		if page == nil {
+			return Result{}, noPage(ev.Type)
+		}
+		ok, details, err = jsCheck(ctx, ev, page)
+	case tasks.EvalJudge:
+		verdict, err = e.Judge.judge(ctx, ev, tr)
+		if err == nil {
+			ok = verdict.Verdict == VerdictSuccess
+			details = map[string]any{"model": e.Judge.Model}
+		}
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Success: ok, Type: ev.Type, Details: details, Judge: verdict}
+	if ok {
+		r.Reward = 1
+	}
+	return r, nil
+}
+
+func taskInvalid(format string, args ...any) error {
+	return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "evaluate: "+format, args...)
+}
+
+func noPage(typ string) error {
+	return taskInvalid("%s needs the final page, and there is none", typ)
+}
+
+// normalize collapses whitespace and, unless caseSensitive, lowers case.
+func normalize(s string, caseSensitive bool) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if !caseSensitive {
+		s = strings.ToLower(s)
+	}
+	return s
+}
+
+func answerMatch(ev tasks.Eval, answer string) (bool, map[string]any, error) {
+	mode := ev.MatchMode()
+	a := normalize(answer, ev.CaseSensitive)
+	d := map[string]any{"mode": mode, "answer": answer, "references": ev.References}
+	if a == "" {
+		d["reason"] = "empty answer"
+		return false, d, nil
+	}
+	for _, ref := range ev.References {
+		var hit bool
+		switch mode {
+		case tasks.ModeExact:
+			hit = a == normalize(ref, ev.CaseSensitive)
+		case tasks.ModeContains:
+			r := normalize(ref, ev.CaseSensitive)
+			hit = r != "" && strings.Contains(a, r)
+		case tasks.ModeRegex:
+			expr := ref
+			if !ev.CaseSensitive {
+				expr = "(?i)" + expr
+			}
+			re, err := regexp.Compile(expr)
+			if err != nil {
+				return false, nil, taskInvalid("answer_match reference %q: %v", ref, err)
+			}
+			hit = re.MatchString(strings.Join(strings.Fields(answer), " "))
+		case tasks.ModeNumeric:
+			x, okA := firstNumber(answer)
+			y, okR := firstNumber(ref)
+			if !okR {
+				return false, nil, taskInvalid("answer_match reference %q holds no number", ref)
+			}
+			if okA {
+				d["answer_number"] = x
+				hit = math.Abs(x-y) <= ev.Tolerance
+			}
+		}
+		if hit {
+			d["matched"] = ref
+			return true, d, nil
+		}
+	}
+	return false, d, nil
+}
+
+// number is a decimal with optional sign, thousands separators and
+// fraction.
+var number = regexp.MustCompile(`[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+`)
+
+func firstNumber(s string) (float64, bool) {
+	m := number.FindString(s)
+	if m == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(m, ",", ""), 64)
+	return f, err == nil
+}
+
+func urlMatch(ev tasks.Eval, got string) (bool, map[string]any, error) {
+	mode := ev.MatchMode()
+	d := map[string]any{"mode": mode, "url": got, "want": ev.URL}
+	if mode == tasks.ModeRegex {
+		re, err := regexp.Compile(ev.URL)
+		if err != nil {
+			return false, nil, taskInvalid("url_match url %q: %v", ev.URL, err)
+		}
+		return re.MatchString(got), d, nil
+	}
+	g, w := normalizeURL(got), normalizeURL(ev.URL)
+	switch mode {
+	case tasks.ModeExact:
+		return g == w, d, nil
+	case tasks.ModeContains:
+		return strings.Contains(g, w), d, nil
+	}
+	return strings.HasPrefix(g, w), d, nil
+}
+
+// normalizeURL lowers the scheme and host and drops a trailing slash of
+// the path, so "HTTPS://Example.com/a/" and "https://example.com/a" agree.
+func normalizeURL(s string) string {
+	s = strings.TrimSpace(s)
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" {
+		return strings.TrimSuffix(s, "/")
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	u.Host = strings.ToLower(u.Host)
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
+	return strings.TrimSuffix(u.String(), "/")
+}
+
+// jsLiteral is v as a JavaScript literal. JSON is a subset of JavaScript
+// (json.Marshal escapes U+2028 and U+2029), so a task's strings never
+// become code.
+func jsLiteral(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // strings and bools always marshal
+	}
+	return string(b)
+}
+
+// maxDOMTexts bounds the element texts a dom_match reports back.
+const maxDOMTexts = 10
+
+// DOMExpr is the expression dom_match evaluates: for the elements matching
+// selector, {count, matched, texts} — how many there are, how many contain
+// text (whitespace-normalised, case-folded unless caseSensitive) and the
+// first texts of those. A selector the page rejects gives {error}.
+func DOMExpr(selector, text string, caseSensitive bool) string {
+	return `(() => {
+  const sel = ` + jsLiteral(selector) + `, needle = ` + jsLiteral(normalize(text, caseSensitive)) + `, cs = ` + jsLiteral(caseSensitive) + `;
+  const norm = (s) => { s = String(s ?? "").replace(/\s+/g, " ").trim(); return cs ? s : s.toLowerCase(); };
+  let els;
+  try { els = Array.from(document.querySelectorAll(sel)); } catch (e) { return {error: String((e && e.message) || e)}; }
+  const hits = els.map((e) => norm(e.innerText ?? e.textContent)).filter((t) => t.includes(needle));
+  return {count: els.length, matched: hits.length, texts: hits.slice(0, ` + strconv.Itoa(maxDOMTexts) + `).map((t) => t.slice(0, 300))};
+})()`
+}
+
+func domMatch(ctx context.Context, ev tasks.Eval, page Page) (bool, map[string]any, error) {
+	raw, err := page.Eval(ctx, DOMExpr(ev.Selector, ev.Text, ev.CaseSensitive))
+	if err != nil {
+		return false, nil, fmt.Errorf("evaluate dom_match: %w", err)
+	}
+	var out struct {
+		Count   int      `json:"count"`
+		Matched int      `json:"matched"`
+		Texts   []string `json:"texts"`
+		Error   string   `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return false, nil, faults.Wrap(err, faults.CodeBrowserProtocol, faults.Internal, faults.Browser, "evaluate dom_match: unexpected page result")
+	}
+	if out.Error != "" {
+		return false, nil, taskInvalid("dom_match selector %q: %s", ev.Selector, out.Error)
+	}
+	d := map[string]any{"selector": ev.Selector, "text": ev.Text, "count": out.Count, "matched": out.Matched, "texts": out.Texts}
+	if ev.Count != nil {
+		d["want_count"] = *ev.Count
+		return out.Matched == *ev.Count, d, nil
+	}
+	return out.Matched > 0, d, nil
+}
+
+// JSExpr is the expression a js eval runs: the task's script, with an
+// exception caught and reported as {error} rather than failing the call.
+// The script is the task author's code and is embedded as such.
+func JSExpr(script string) string {
+	return "(() => {\n  try {\n    return {value: (\n" + script + "\n)};\n  } catch (e) {\n    return {error: String((e && e.message) || e)};\n  }\n})()"
+}
+
+func jsCheck(ctx context.Context, ev tasks.Eval, page Page) (bool, map[string]any, error) {
+	raw, err := page.Eval(ctx, JSExpr(ev.Script))
+	if err != nil {
+		return false, nil, fmt.Errorf("evaluate js: %w", err)
+	}
+	var out struct {
+		Value json.RawMessage `json:"value"`
+		Error string          `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return false, nil, faults.Wrap(err, faults.CodeBrowserProtocol, faults.Internal, faults.Browser, "evaluate js: unexpected page result")
+	}
+	d := map[string]any{"script": ev.Script}
+	if out.Error != "" {
+		// The page is not in the state the script expects (an element is
+		// missing): the check fails, it is not an environment error.
+		d["error"] = out.Error
+		return false, d, nil
+	}
+	d["value"] = out.Value
+	return string(out.Value) == "true", d, nil
+}

@@ -1,0 +1,164 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/gif"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testserver"
+)
+
+// shopPage is an offline site a task's setup writes into the sandbox.
+const shopPage = `<html><head><title>Shop</title></head><body>
+<h1>Shop</h1>
+<input id="q" placeholder="search" style="position:absolute;left:20px;top:80px;width:300px;height:30px">
+<button id="go" style="position:absolute;left:340px;top:80px;width:100px;height:30px"
+  onclick="location.hash='q='+encodeURIComponent(document.getElementById('q').value);document.getElementById('r').textContent='3 results for '+document.getElementById('q').value">Search</button>
+<p id="r" style="position:absolute;left:20px;top:140px">no search yet</p>
+</body></html>`
+
+const shopTasks = `{"id":"search-lamp","question":"Search the shop for lamp and say how many results there are.","start_url":"file:///workspace/shop/index.html","setup":{"files":[{"path":"/workspace/shop/index.html","content":` + "%q" + `}],"exec":["test -s /workspace/shop/index.html"],"sandbox":{"block_network":true,"browser":{"viewport":{"width":800,"height":600}}}},"eval":{"type":"answer_match","mode":"numeric","references":["3"]}}
+{"id":"search-dom","question":"Search for lamp.","start_url":"file:///workspace/shop/index.html","setup":{"files":[{"path":"/workspace/shop/index.html","content":` + "%q" + `}],"sandbox":{"block_network":true}},"eval":{"type":"dom_match","selector":"#r","text":"3 results for lamp"}}
+{"id":"search-url","question":"Search for lamp.","start_url":"file:///workspace/shop/index.html","setup":{"files":[{"path":"/workspace/shop/index.html","content":` + "%q" + `}],"sandbox":{"block_network":true}},"eval":{"type":"url_match","mode":"contains","url":"#q=lamp"}}
+`
+
+func loadShop(t *testing.T, srv *testserver.Server) {
+	t.Helper()
+	body := strings.ReplaceAll(shopTasks, "%q", string(mustJSON(shopPage)))
+	req, _ := http.NewRequest("POST", srv.URL+"/tasks?suite=shop&name=shop.jsonl", strings.NewReader(body))
+	req.Header.Set("X-API-Key", srv.APIKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(raw), `"tasks":3`) {
+		t.Fatalf("load tasks: %d %s", res.StatusCode, raw)
+	}
+}
+
+func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }
+
+// searchSteps is the scripted policy of the shop tasks.
+var searchSteps = []map[string]any{
+	{"type": "click", "selector": "#q"},
+	{"type": "type", "text": "lamp"},
+	{"type": "click", "selector": "#go"},
+}
+
+// Episodes end to end on a real browser: a task suite loaded over HTTP,
+// its setup writing an offline site into the sandbox, steps by a scripted
+// policy, evaluation of each kind, the recording and its exports; a wrong
+// answer is a failure; an injected browser crash ends env_error with its
+// attribution, never failure.
+func TestEpisodes(t *testing.T) {
+	testenv.RequireChromium(t)
+	srv := testserver.Start(t, testserver.Options{})
+	loadShop(t, srv)
+	r := call(t, srv, "GET", "/tasks", nil)
+	want(t, r, 200)
+
+	run := func(task string, answer string, steps []map[string]any, sandbox map[string]any) map[string]any {
+		t.Helper()
+		body := map[string]any{"task_id": task, "max_steps": 10}
+		if sandbox != nil {
+			body["sandbox"] = sandbox
+		}
+		e := call(t, srv, "POST", "/episodes", body)
+		want(t, e, 200)
+		id := e.body["episode_id"].(string)
+		if obs, _ := e.body["observation"].(map[string]any); obs == nil || obs["title"] != "Shop" {
+			t.Fatalf("first observation: %s", e.raw)
+		}
+		for _, a := range steps {
+			s := call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": a})
+			want(t, s, 200)
+			if s.body["done"] == true {
+				break
+			}
+		}
+		f := call(t, srv, "POST", "/episodes/"+id+"/finish", map[string]any{"answer": answer})
+		want(t, f, 200)
+		return f.body
+	}
+	cases := []struct {
+		task, answer, outcome string
+	}{
+		{"search-lamp", "There are 3 results.", "success"},
+		{"search-lamp", "There are 5 results.", "failure"},
+		{"search-dom", "", "success"},
+		{"search-url", "", "success"},
+	}
+	var recID string
+	for _, c := range cases {
+		res := run(c.task, c.answer, searchSteps, nil)
+		if res["outcome"] != c.outcome {
+			t.Errorf("%s %q: outcome %v (%v), want %s", c.task, c.answer, res["outcome"], res, c.outcome)
+		}
+		if c.outcome == "success" && res["reward"] != 1.0 {
+			t.Errorf("%s: reward %v", c.task, res["reward"])
+		}
+		recID, _ = res["recording_id"].(string)
+	}
+
+	// An injected crash at the agent's second request (the first is the
+	// start page): env_error, attributed to the step, never failure.
+	res := run("search-dom", "", searchSteps, map[string]any{"faults": map[string]any{
+		"faults": []map[string]any{{"kind": "browser_crash", "p": 1, "after_steps": 2, "times": 1}}}})
+	att, _ := res["attribution"].(map[string]any)
+	if res["outcome"] != "env_error" || att == nil || att["code"] != "browser.crashed" || att["source"] != "browser" || att["step"] != 1.0 {
+		t.Errorf("crashed episode: %v", res)
+	}
+
+	// The last clean episode's recording: manifest, steps, exports.
+	rec := call(t, srv, "GET", "/recordings/"+recID, nil)
+	want(t, rec, 200)
+	m := rec.body["manifest"].(map[string]any)
+	if m["outcome"] != "success" || m["task_id"] != "search-url" || len(rec.body["steps"].([]any)) != 4 {
+		t.Errorf("recording: %s", rec.raw)
+	}
+	get := func(path string) ([]byte, string) {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("X-API-Key", srv.APIKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, res.StatusCode, b)
+		}
+		return b, res.Header.Get("Content-Type")
+	}
+	if img, ct := get("/recordings/" + recID + "/steps/0/screenshot"); len(img) == 0 || !strings.HasPrefix(ct, "image/") {
+		t.Errorf("step screenshot: %s", ct)
+	}
+	if html, _ := get("/recordings/" + recID + "/export?format=html"); !bytes.Contains(html, []byte("data:image/")) {
+		t.Error("html replay has no screenshots")
+	}
+	g, _ := get("/recordings/" + recID + "/export?format=gif")
+	if anim, err := gif.DecodeAll(bytes.NewReader(g)); err != nil || len(anim.Image) != 4 {
+		t.Errorf("gif: %v", err)
+	}
+	if pq, _ := get("/recordings/" + recID + "/export?format=parquet"); !bytes.HasPrefix(pq, []byte("PAR1")) {
+		t.Error("parquet export is not a Parquet file")
+	}
+	list := call(t, srv, "GET", "/recordings", nil)
+	if n := len(list.body["recordings"].([]any)); n != 5 {
+		t.Errorf("%d recordings, want 5", n)
+	}
+	// A finished episode takes no more steps; an unknown one is 404.
+	if r := call(t, srv, "POST", "/episodes/nope/step", map[string]any{"action": map[string]any{"type": "wait", "ms": 1}}); r.status != 404 {
+		t.Errorf("unknown episode: %d", r.status)
+	}
+	if r := call(t, srv, "POST", "/episodes", map[string]any{"task_id": "no-such-task"}); r.status != 404 {
+		t.Errorf("unknown task: %d %s", r.status, r.raw)
+	}
+}

@@ -1,0 +1,271 @@
+// Package tasks loads the tasks an episode runs — Orchard's own JSONL and
+// YAML files, and the WebVoyager and Online-Mind2Web files as they are
+// published — validates them, and keeps the loaded suites in a Registry.
+package tasks
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/orchard/orchard/faults"
+)
+
+// Sources of a task: the format it was loaded from.
+const (
+	SourceOrchard    = "orchard"
+	SourceWebVoyager = "webvoyager"
+	SourceMind2Web   = "mind2web"
+)
+
+// Task is one thing to do in a browser: where to start, what to do, how to
+// prepare the sandbox and how to tell whether it was done.
+type Task struct {
+	ID              string `json:"id"`
+	Suite           string `json:"suite,omitempty"`
+	Source          string `json:"source,omitempty"` // SourceOrchard, SourceWebVoyager, SourceMind2Web
+	StartURL        string `json:"start_url"`
+	Question        string `json:"question"`
+	Website         string `json:"website,omitempty"` // WebVoyager's web_name, Mind2Web's website
+	Level           string `json:"level,omitempty"`   // Mind2Web: easy, medium, hard
+	ReferenceLength int    `json:"reference_length,omitempty"`
+	MaxSteps        int    `json:"max_steps,omitempty"`
+	Setup           *Setup `json:"setup,omitempty"`
+	Eval            *Eval  `json:"eval,omitempty"`
+}
+
+// Setup prepares a sandbox before the episode starts.
+type Setup struct {
+	Files []File   `json:"files,omitempty"`
+	Exec  []string `json:"exec,omitempty"`
+	// Sandbox is a fragment of a POST /sandboxes body (kind, browser,
+	// memory, ...) merged into the episode's sandbox request.
+	Sandbox json.RawMessage `json:"sandbox,omitempty"`
+}
+
+// File is written into the sandbox by Setup; Content is text, Base64 binary.
+type File struct {
+	Path    string `json:"path"`
+	Content string `json:"content,omitempty"`
+	Base64  string `json:"base64,omitempty"`
+}
+
+// Eval types.
+const (
+	EvalAnswerMatch = "answer_match"
+	EvalURLMatch    = "url_match"
+	EvalDOMMatch    = "dom_match"
+	EvalJS          = "js"
+	EvalJudge       = "judge"
+)
+
+// Eval says how an episode of the task is scored. Which fields apply
+// depends on Type:
+//
+//   - answer_match: the final answer against References (any may match)
+//     with Mode exact, contains (default), regex or numeric (the first
+//     number of each, within the absolute Tolerance). Whitespace is always
+//     normalised; case too unless CaseSensitive.
+//   - url_match: the final page URL against URL with Mode exact, prefix
+//     (default), contains or regex; scheme and host case and a trailing
+//     slash are normalised.
+//   - dom_match: elements of the final page matching Selector whose text
+//     contains Text (whitespace-normalised; case too unless
+//     CaseSensitive); there must be exactly Count of them, or at least one
+//     when Count is nil.
+//   - js: Script, an expression evaluated in the final page, must be true.
+//   - judge: an LLM judge reads the trajectory; Criteria adds instructions.
+type Eval struct {
+	Type          string   `json:"type"`
+	Mode          string   `json:"mode,omitempty"`
+	References    []string `json:"references,omitempty"`
+	Tolerance     float64  `json:"tolerance,omitempty"`
+	CaseSensitive bool     `json:"case_sensitive,omitempty"`
+	URL           string   `json:"url,omitempty"`
+	Selector      string   `json:"selector,omitempty"`
+	Text          string   `json:"text,omitempty"`
+	Count         *int     `json:"count,omitempty"`
+	Script        string   `json:"script,omitempty"`
+	Criteria      string   `json:"criteria,omitempty"`
+}
+
+// Answer-match and URL-match modes.
+const (
+	ModeExact    = "exact"
+	ModeContains = "contains"
+	ModeRegex    = "regex"
+	ModeNumeric  = "numeric"
+	ModePrefix   = "prefix"
+)
+
+// MatchMode is the effective mode of an answer_match or url_match eval,
+// with its default filled in.
+func (e Eval) MatchMode() string {
+	if e.Mode != "" {
+		return e.Mode
+	}
+	if e.Type == EvalURLMatch {
+		return ModePrefix
+	}
+	return ModeContains
+}
+
+// Validate reports what is wrong with e, as a plain error.
+func (e Eval) Validate() error {
+	switch e.Type {
+	case EvalAnswerMatch:
+		switch e.MatchMode() {
+		case ModeExact, ModeContains, ModeNumeric:
+		case ModeRegex:
+			for _, r := range e.References {
+				if _, err := regexp.Compile(r); err != nil {
+					return fmt.Errorf("eval: reference %q: %w", r, err)
+				}
+			}
+		default:
+			return fmt.Errorf("eval: answer_match mode %q is not exact, contains, regex or numeric", e.Mode)
+		}
+		if len(e.References) == 0 {
+			return fmt.Errorf("eval: answer_match needs references")
+		}
+		if e.Tolerance < 0 {
+			return fmt.Errorf("eval: negative tolerance")
+		}
+	case EvalURLMatch:
+		switch e.MatchMode() {
+		case ModeExact, ModePrefix, ModeContains:
+		case ModeRegex:
+			if _, err := regexp.Compile(e.URL); err != nil {
+				return fmt.Errorf("eval: url %q: %w", e.URL, err)
+			}
+		default:
+			return fmt.Errorf("eval: url_match mode %q is not exact, prefix, contains or regex", e.Mode)
+		}
+		if e.URL == "" {
+			return fmt.Errorf("eval: url_match needs url")
+		}
+	case EvalDOMMatch:
+		if strings.TrimSpace(e.Selector) == "" {
+			return fmt.Errorf("eval: dom_match needs selector")
+		}
+		if e.Count != nil && *e.Count < 0 {
+			return fmt.Errorf("eval: negative count")
+		}
+	case EvalJS:
+		if strings.TrimSpace(e.Script) == "" {
+			return fmt.Errorf("eval: js needs script")
+		}
+	case EvalJudge:
+	case "":
+		return fmt.Errorf("eval: missing type")
+	default:
+		return fmt.Errorf("eval: unknown type %q (want answer_match, url_match, dom_match, js or judge)", e.Type)
+	}
+	return nil
+}
+
+// Validate reports what is wrong with t, as a plain error; loaders turn it
+// into a task.invalid fault that names the file and line.
+func (t Task) Validate() error {
+	if strings.TrimSpace(t.ID) == "" {
+		return fmt.Errorf("missing id")
+	}
+	if strings.TrimSpace(t.Question) == "" {
+		return fmt.Errorf("task %s: missing question", t.ID)
+	}
+	if t.StartURL == "" {
+		if t.Setup == nil {
+			return fmt.Errorf("task %s: missing start_url (allowed only with setup)", t.ID)
+		}
+	} else if err := checkStartURL(t.StartURL); err != nil {
+		return fmt.Errorf("task %s: %w", t.ID, err)
+	}
+	if t.MaxSteps < 0 || t.ReferenceLength < 0 {
+		return fmt.Errorf("task %s: negative max_steps or reference_length", t.ID)
+	}
+	if t.Setup != nil {
+		if err := t.Setup.validate(); err != nil {
+			return fmt.Errorf("task %s: %w", t.ID, err)
+		}
+	}
+	if t.Eval != nil {
+		if err := t.Eval.Validate(); err != nil {
+			return fmt.Errorf("task %s: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
+func checkStartURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("start_url: %w", err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+		if u.Host == "" {
+			return fmt.Errorf("start_url %q has no host", s)
+		}
+	case "file", "data":
+	default:
+		return fmt.Errorf("start_url %q is not an absolute http, https, file or data URL", s)
+	}
+	return nil
+}
+
+func (s *Setup) validate() error {
+	for i, f := range s.Files {
+		if strings.TrimSpace(f.Path) == "" {
+			return fmt.Errorf("setup.files[%d]: missing path", i)
+		}
+		if f.Content != "" && f.Base64 != "" {
+			return fmt.Errorf("setup.files[%d]: both content and base64", i)
+		}
+		if f.Base64 != "" {
+			if _, err := base64.StdEncoding.DecodeString(f.Base64); err != nil {
+				return fmt.Errorf("setup.files[%d]: base64: %w", i, err)
+			}
+		}
+	}
+	for i, c := range s.Exec {
+		if strings.TrimSpace(c) == "" {
+			return fmt.Errorf("setup.exec[%d]: empty command", i)
+		}
+	}
+	if len(s.Sandbox) > 0 {
+		var m map[string]any
+		if err := json.Unmarshal(s.Sandbox, &m); err != nil || m == nil {
+			return fmt.Errorf("setup.sandbox: not a JSON object")
+		}
+	}
+	return nil
+}
+
+// invalid is the fault of a malformed task file or task.
+func invalid(format string, args ...any) error {
+	return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, format, args...)
+}
+
+// clone copies t deeply enough that the copy shares no mutable state.
+func (t Task) clone() Task {
+	if t.Setup != nil {
+		s := *t.Setup
+		s.Files = append([]File(nil), s.Files...)
+		s.Exec = append([]string(nil), s.Exec...)
+		s.Sandbox = append(json.RawMessage(nil), s.Sandbox...)
+		t.Setup = &s
+	}
+	if t.Eval != nil {
+		e := *t.Eval
+		e.References = append([]string(nil), e.References...)
+		if e.Count != nil {
+			c := *e.Count
+			e.Count = &c
+		}
+		t.Eval = &e
+	}
+	return t
+}
