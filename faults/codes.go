@@ -206,4 +206,6 @@ const (
 	CodeEpisodeDone = "episode.done"
 	// CodeEpisodeDeadline: the episode ran past its deadline or step limit.
 	CodeEpisodeDeadline = "episode.deadline"
+	// CodeRecordingNotFound: no recording (or no such step of one) has the id.
+	CodeRecordingNotFound = "recording.not_found"
 )

@@ -112,6 +112,7 @@ var registry = []CodeInfo{
 	{CodeEpisodeNotFound, NotFound, Client, false, false, "No episode has the id."},
 	{CodeEpisodeDone, Conflict, Client, false, false, "The episode has ended and takes no more steps."},
 	{CodeEpisodeDeadline, Timeout, Policy, false, false, "The episode ran past its deadline or its step limit."},
+	{CodeRecordingNotFound, NotFound, Client, false, false, "No recording has the id, or the recording has no such step or screenshot."},
 
 	// Actions the policy asks for: its own failures, kept as signal.
 	{CodeActionInvalid, InvalidRequest, Policy, false, false, "The action is malformed or cannot apply to its target (a disabled element, say)."},

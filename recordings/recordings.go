@@ -30,8 +30,8 @@ import (
 // Version is the on-disk layout version written to every manifest.
 const Version = 1
 
-// CodeRecordingNotFound: no recording has the id.
-const CodeRecordingNotFound = "recording.not_found"
+// CodeRecordingNotFound is faults.CodeRecordingNotFound.
+const CodeRecordingNotFound = faults.CodeRecordingNotFound
 
 // File names inside a recording directory.
 const (

@@ -27,7 +27,7 @@ const shopTasks = `{"id":"search-lamp","question":"Search the shop for lamp and 
 {"id":"search-url","question":"Search for lamp.","start_url":"file:///workspace/shop/index.html","setup":{"files":[{"path":"/workspace/shop/index.html","content":` + "%q" + `}],"sandbox":{"block_network":true}},"eval":{"type":"url_match","mode":"contains","url":"#q=lamp"}}
 `
 
-func loadShop(t *testing.T, srv *testserver.Server) {
+func loadShop(t testing.TB, srv *testserver.Server) {
 	t.Helper()
 	body := strings.ReplaceAll(shopTasks, "%q", string(mustJSON(shopPage)))
 	req, _ := http.NewRequest("POST", srv.URL+"/tasks?suite=shop&name=shop.jsonl", strings.NewReader(body))
