@@ -310,6 +310,11 @@ func TestDesktopInputReachesApp(t *testing.T) {
 	if got := title("copied:"); got != "copied:copy me" {
 		t.Errorf("select-all and copy: title %q", got)
 	}
+	// The copy reached the X clipboard: read it back through exec.
+	j := execWait(t, srv, id, map[string]any{"command": "for i in $(seq 50); do v=$(xclip -o -selection clipboard 2>/dev/null) && [ -n \"$v\" ] && break; sleep 0.1; done; printf %s \"$v\""})
+	if j.Stdout != "copy me" {
+		t.Errorf("clipboard: %q (%s)", j.Stdout, j.Stderr)
+	}
 	act(map[string]any{"type": "scroll", "x": 700, "y": 500, "dy": 5})
 	if got := title("scroll="); got == "" || got == "scroll=0" {
 		t.Errorf("scroll: title %q", got)
