@@ -24,6 +24,7 @@ import (
 
 	"github.com/orchard/orchard/browser"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/inject"
 )
 
 // A browser sandbox's Chromium runs in a child process of the agent, the
@@ -522,7 +523,7 @@ func (s *Server) handleBrowser(w http.ResponseWriter, r *http.Request) error {
 			"this sandbox has no browser (create it with kind \"browser\")")
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/browser/actions" {
-		s.stepFault(w, faults.InjectBrowserCrash, faults.InjectHang, faults.InjectAgentKill)
+		s.stepFault(w, inject.Browser, faults.InjectBrowserCrash, faults.InjectHang, faults.InjectAgentKill)
 	}
 	s.browser.ServeHTTP(w, r)
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/inject"
 )
 
 // handleExec runs one command and streams its output as NDJSON ExecEvents,
@@ -31,7 +32,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 		maxOut = req.MaxOutputBytes
 	}
 	argv := shellArgv(req.Command, req.LoginShell)
-	if s.stepFault(w, faults.InjectAgentKill, faults.InjectOOM) == faults.InjectOOM {
+	if s.stepFault(w, inject.Exec, faults.InjectAgentKill, faults.InjectOOM) == faults.InjectOOM {
 		// The step's command becomes a process that outgrows the memory
 		// limit, so the kernel kills it as it would a real one.
 		if exe, err := os.Executable(); err == nil {

@@ -26,12 +26,12 @@ var errInvalidInject = errors.New("unknown fault kind")
 // stepFault applies the fault the plan holds for this step, if any. kinds
 // are those that can fire on this kind of step. It returns the kind
 // applied, or "" when none fired.
-func (s *Server) stepFault(w http.ResponseWriter, kinds ...string) string {
+func (s *Server) stepFault(w http.ResponseWriter, domain string, kinds ...string) string {
 	if s.inject == nil {
 		return ""
 	}
-	step := s.inject.Step()
-	f, _, ok := s.inject.AtStep(kinds...)
+	step := s.inject.Step(domain)
+	f, _, ok := s.inject.AtStep(domain, kinds...)
 	if !ok {
 		return ""
 	}

@@ -30,7 +30,10 @@ type Injection struct {
 	// P is the probability that a matching event (a connection for the
 	// network kinds, an action or exec step for the others) gets the fault.
 	P float64 `json:"p"`
-	// AfterSteps holds the fault back until that many steps have run.
+	// AfterSteps holds the fault back until that many steps have run,
+	// counted per kind of step: execs for oom, browser actions for
+	// browser_crash and hang, either for agent_kill (the kind of request
+	// it fires on); every step for the network kinds.
 	AfterSteps int `json:"after_steps,omitempty"`
 	// Match is a host pattern ("example.com", "*.example.com") for the
 	// network kinds; empty matches every host.

@@ -107,9 +107,10 @@ func TestEpisodes(t *testing.T) {
 		recID, _ = res["recording_id"].(string)
 	}
 
-	// An injected crash at the agent's second request (the first is the
-	// start page): env_error, attributed to the step, never failure.
-	res := run("search-dom", "", searchSteps, map[string]any{"faults": map[string]any{
+	// An injected crash at the second browser request (the first loads
+	// the start page; the setup's exec does not count): env_error,
+	// attributed to the step, never failure.
+	res := run("search-lamp", "3", searchSteps, map[string]any{"faults": map[string]any{
 		"faults": []map[string]any{{"kind": "browser_crash", "p": 1, "after_steps": 2, "times": 1}}}})
 	att, _ := res["attribution"].(map[string]any)
 	if res["outcome"] != "env_error" || att == nil || att["code"] != "browser.crashed" || att["source"] != "browser" || att["step"] != 1.0 {
