@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -496,19 +497,93 @@ func (s *Session) waitWM(ctx context.Context, p *proc) error {
 // startApps starts opts.Apps.
 func (s *Session) startApps() error {
 	for _, a := range s.opts.Apps {
-		var args []string
-		if a == AppChromium {
-			args = s.chromiumArgs()
-		}
-		p, err := s.spawn(a, s.appPath[a], args, s.clientEnv(), nil)
+		p, err := s.spawnApp(a)
 		if err != nil {
-			return faults.Wrap(err, faults.CodeSpawnFailed, faults.ActionFailed, faults.Desktop, "start "+a)
+			return err
 		}
 		s.mu.Lock()
 		s.apps = append(s.apps, p)
 		s.mu.Unlock()
+		s.watchApp(a, p, 0)
 	}
 	return nil
+}
+
+func (s *Session) spawnApp(a string) (*proc, error) {
+	var args []string
+	if a == AppChromium {
+		args = s.chromiumArgs()
+	}
+	p, err := s.spawn(a, s.appPath[a], args, s.clientEnv(), nil)
+	if err != nil {
+		return nil, faults.Wrap(err, faults.CodeSpawnFailed, faults.ActionFailed, faults.Desktop, "start "+a)
+	}
+	return p, nil
+}
+
+// App restarts: an app that lived youngApp or longer before exiting
+// starts a fresh count; maxAppDeaths young deaths in a row end the
+// relaunches (an app that cannot start would otherwise loop).
+const (
+	youngApp     = 10 * time.Second
+	maxAppDeaths = 5
+)
+
+// watchApp relaunches an app whose process exits on its own: an agent that
+// closed its only terminal must not be left with an empty screen. An app
+// that died with the X server is restartX's to relaunch.
+func (s *Session) watchApp(name string, p *proc, deaths int) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-p.exited:
+		}
+		if time.Since(p.started) < youngApp {
+			deaths++
+		} else {
+			deaths = 1
+		}
+		if deaths > maxAppDeaths {
+			s.log.Warn("app keeps exiting; not relaunching it", "app", name, "deaths", deaths-1)
+			return
+		}
+		if sleepCtx(s.ctx, backoff(deaths)) != nil {
+			return
+		}
+		s.mu.Lock()
+		gone := !slices.Contains(s.apps, p) || s.closed || s.down != nil
+		s.mu.Unlock()
+		if gone {
+			return // replaced by an X restart, or X is down and restartX will relaunch
+		}
+		np, err := s.spawnApp(name)
+		if err != nil {
+			s.log.Warn("relaunch app", "app", name, "error", err)
+			return
+		}
+		s.mu.Lock()
+		i := slices.Index(s.apps, p)
+		if i >= 0 && !s.closed {
+			s.apps[i] = np
+			s.ended = append(s.ended, p)
+		}
+		s.mu.Unlock()
+		if i < 0 {
+			stopAll([]*proc{np}, map[int]bool{})
+			return
+		}
+		s.log.Warn("app exited; relaunched", "app", name, "error", p.err)
+		s.watchApp(name, np, deaths)
+	}()
 }
 
 func (s *Session) chromiumArgs() []string {
@@ -803,7 +878,10 @@ func (s *Session) withX(ctx context.Context, op string, extra time.Duration, fn 
 	_ = x.nc.SetDeadline(deadline)
 	// Cancelling ctx interrupts a request in flight: the past deadline
 	// fails it, and the broken connection is remade next time.
-	stop := context.AfterFunc(ctx, func() { _ = x.nc.SetDeadline(time.Now()) })
+	stop := context.AfterFunc(ctx, func() {
+		x.interrupted.Store(true)
+		_ = x.nc.SetDeadline(time.Now())
+	})
 	err = fn(ctx, x)
 	if stop() {
 		_ = x.nc.SetDeadline(time.Time{})

@@ -264,3 +264,34 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// An app that exits on its own is relaunched; one the session replaced
+// is not relaunched twice.
+func TestAppRelaunched(t *testing.T) {
+	s := startSession(t, Options{Width: 640, Height: 480, Apps: []string{AppXterm}, WindowManager: "none"})
+	app := func() *proc {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.apps) != 1 {
+			t.Fatalf("%d apps", len(s.apps))
+		}
+		return s.apps[0]
+	}
+	first := app()
+	if err := syscall.Kill(first.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if p := app(); p != first && p.pid != first.pid {
+			select {
+			case <-p.exited:
+				t.Fatalf("relaunched xterm exited: %v", p.err)
+			default:
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("xterm was not relaunched")
+}

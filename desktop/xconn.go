@@ -40,11 +40,15 @@ type xconn struct {
 
 	shm *shmSeg // nil when MIT-SHM is unavailable
 
-	keys       *keymap
-	keysStale  atomic.Bool   // a MappingNotify arrived since keys was read
-	dead       chan struct{} // closed when the connection has ended
-	minKeycode xproto.Keycode
-	maxKeycode xproto.Keycode
+	keys      *keymap
+	keysStale atomic.Bool // a MappingNotify arrived since keys was read
+	// interrupted: a canceled operation cut the connection with a past
+	// deadline; xgb notices only later, so the next operation must not
+	// take it for alive.
+	interrupted atomic.Bool
+	dead        chan struct{} // closed when the connection has ended
+	minKeycode  xproto.Keycode
+	maxKeycode  xproto.Keycode
 }
 
 // dialX connects to display number disp.
@@ -122,6 +126,9 @@ func (x *xconn) drain() {
 
 // alive reports whether the connection still works.
 func (x *xconn) alive() bool {
+	if x.interrupted.Load() {
+		return false
+	}
 	select {
 	case <-x.dead:
 		return false
