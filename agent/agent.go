@@ -282,6 +282,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, e.StatusOf(), faults.EnvelopeOf(e))
 }
 
+// writeFault answers with err's envelope: the daemons' error writer, which
+// have no request logging of their own.
+func writeFault(w http.ResponseWriter, err error) {
+	f := faults.Of(err)
+	writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -161,10 +161,7 @@ func BrowserMain(ctx context.Context, args []string) error {
 // browserHandler serves API.md's browser paths over one session.
 func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	fail := func(w http.ResponseWriter, err error) {
-		f := faults.Of(err)
-		writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
-	}
+	fail := writeFault
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if err := sess.Err(); err != nil {
 			fail(w, err)

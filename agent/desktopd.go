@@ -94,10 +94,7 @@ func DesktopMain(ctx context.Context, args []string) error {
 // desktopHandler serves API.md's desktop paths over one session.
 func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 	mux := http.NewServeMux()
-	fail := func(w http.ResponseWriter, err error) {
-		f := faults.Of(err)
-		writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
-	}
+	fail := writeFault
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		wd, ht := sess.Size()
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "display": sess.Display(), "width": wd, "height": ht})

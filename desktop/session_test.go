@@ -25,9 +25,8 @@ func TestDisplayForClients(t *testing.T) {
 	if !strings.HasPrefix(d, ":") {
 		t.Fatalf("Display() = %q", d)
 	}
-	if _, err := exec.LookPath("xdpyinfo"); err != nil {
-		t.Skip("xdpyinfo not installed (x11-utils)")
-	}
+	_, err := exec.LookPath("xdpyinfo")
+	testenv.Require(t, "xvfb", err == nil, "xdpyinfo not installed (apt-get install x11-utils)")
 	out, err := exec.Command("xdpyinfo", "-display", d).CombinedOutput()
 	if err != nil {
 		t.Fatalf("xdpyinfo -display %s: %v\n%s", d, err, out)

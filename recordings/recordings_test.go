@@ -22,6 +22,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/testenv"
 )
 
 func testImage(t *testing.T, w, h int, c color.Color, format string) []byte {
@@ -201,7 +202,7 @@ func TestExport(t *testing.T) {
 					if f := faults.Of(err); f.Code != faults.CodeKindUnsupported || f.Category != faults.NotImplemented || buf.Len() != 0 {
 						t.Fatalf("mp4 without ffmpeg: %v", err)
 					}
-					t.Skip("ffmpeg not in PATH")
+					testenv.Require(t, "ffmpeg", false, "mp4 export needs ffmpeg (apt-get install ffmpeg)")
 				}
 			}
 			var buf bytes.Buffer

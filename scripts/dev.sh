@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # redis-server (the Redis store's tests start their own on a free port),
 # chromium (browser sandboxes drive it; the browser package's tests run one)
 # and fonts-dejavu-core (a font for the pages it renders in screenshots).
-PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip)
+PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi

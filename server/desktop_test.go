@@ -24,9 +24,9 @@ import (
 
 func requireXvfb(t testing.TB) {
 	t.Helper()
-	for _, name := range []string{"Xvfb", "xterm", "xdpyinfo"} {
+	for _, name := range []string{"Xvfb", "xterm", "xdpyinfo", "xwininfo", "xsetroot", "x11vnc", "xclip"} {
 		_, err := exec.LookPath(name)
-		testenv.Require(t, "xvfb", err == nil, name+" not in PATH (apt-get install xvfb openbox xterm x11-utils)")
+		testenv.Require(t, "xvfb", err == nil, name+" not in PATH (apt-get install xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip)")
 	}
 }
 
@@ -115,26 +115,18 @@ func TestDesktopSandbox(t *testing.T) {
 
 	// Pixel probe: the root window painted green shows green where no
 	// window covers it.
-	if _, err := exec.LookPath("xsetroot"); err == nil {
-		execWait(t, srv, id, map[string]any{"command": "xsetroot -solid '#00ff00'"})
-		img := desktopShot(t, srv, id, "")
-		if r, g, b, _ := img.At(790, 590).RGBA(); r>>8 > 16 || g>>8 < 240 || b>>8 > 16 {
-			t.Errorf("root window pixel = %d,%d,%d, want green", r>>8, g>>8, b>>8)
-		}
+	execWait(t, srv, id, map[string]any{"command": "xsetroot -solid '#00ff00'"})
+	img := desktopShot(t, srv, id, "")
+	if r, g, b, _ := img.At(790, 590).RGBA(); r>>8 > 16 || g>>8 < 240 || b>>8 > 16 {
+		t.Errorf("root window pixel = %d,%d,%d, want green", r>>8, g>>8, b>>8)
 	}
 
 	// Live view: an RFB handshake over the WebSocket reaches the desktop.
-	if _, err := exec.LookPath("x11vnc"); err != nil {
-		testenv.Require(t, "x11vnc", false, "apt-get install x11vnc")
-	} else {
-		w, h := vncHandshake(t, srv, id)
-		if w != 800 || h != 600 {
-			t.Errorf("RFB ServerInit %dx%d, want 800x600", w, h)
-		}
-		w2, _ := vncHandshake(t, srv, id) // a second viewer shares the server
-		if w2 != 800 {
-			t.Errorf("second viewer: %d", w2)
-		}
+	if w, h := vncHandshake(t, srv, id); w != 800 || h != 600 {
+		t.Errorf("RFB ServerInit %dx%d, want 800x600", w, h)
+	}
+	if w2, _ := vncHandshake(t, srv, id); w2 != 800 { // a second viewer shares the server
+		t.Errorf("second viewer: %d", w2)
 	}
 
 	// The X server killed mid-session: detected, classified, recovered.
