@@ -878,13 +878,19 @@ func (s *Session) withX(ctx context.Context, op string, extra time.Duration, fn 
 	_ = x.nc.SetDeadline(deadline)
 	// Cancelling ctx interrupts a request in flight: the past deadline
 	// fails it, and the broken connection is remade next time.
+	cut := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		x.interrupted.Store(true)
 		_ = x.nc.SetDeadline(time.Now())
+		close(cut)
 	})
 	err = fn(ctx, x)
 	if stop() {
 		_ = x.nc.SetDeadline(time.Time{})
+	} else {
+		// The cut may still be under way: it must land before the X lock
+		// passes on, or it would break the next operation's request.
+		<-cut
 	}
 	if err == nil {
 		return nil
