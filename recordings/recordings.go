@@ -191,6 +191,41 @@ func (s *Store) Create(m Manifest) (*Writer, error) {
 	return w, nil
 }
 
+// Resume reopens the unfinished recording id for appending, as the next
+// call of its episode may reach another server process sharing the
+// directory. A torn last line (a crash mid-append) is cut off first, so the
+// next step starts on a line of its own; the step count is what
+// steps.jsonl holds. A finished recording is a conflict.
+func (s *Store) Resume(id string) (*Writer, error) {
+	dir, m, err := s.manifest(id, "resume")
+	if err != nil {
+		return nil, err
+	}
+	if m.FinishedAt != nil {
+		return nil, faults.Newf(faults.CodeValidation, faults.Conflict, faults.Client, "resume recording %s: already finished", id)
+	}
+	name := filepath.Join(dir, stepsFile)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("resume recording %s: %w", id, err)
+	}
+	if n := intactLength(b); n < len(b) {
+		if err := os.Truncate(name, int64(n)); err != nil {
+			return nil, fmt.Errorf("resume recording %s: cut torn line: %w", id, err)
+		}
+	}
+	steps, err := readSteps(name)
+	if err != nil {
+		return nil, fmt.Errorf("resume recording %s: %w", id, err)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("resume recording %s: %w", id, err)
+	}
+	m.Steps = len(steps)
+	return &Writer{dir: dir, m: m, steps: f}, nil
+}
+
 // Writer appends steps to one recording. It is safe for concurrent use.
 type Writer struct {
 	dir string
@@ -340,20 +375,9 @@ type Recording struct {
 // parse (a crash mid-write) is ignored; a bad line before it is an error.
 // The returned manifest's Steps is the number of steps read.
 func (s *Store) Open(id string) (*Recording, error) {
-	if !ValidID(id) {
-		return nil, invalidID(id)
-	}
-	dir := filepath.Join(s.root, id)
-	m, err := readManifest(dir)
+	dir, m, err := s.manifest(id, "open")
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, faults.Newf(CodeRecordingNotFound, faults.NotFound, faults.Client, "recording %s not found", id)
-		}
-		return nil, fmt.Errorf("open recording %s: %w", id, err)
-	}
-	if m.Version > Version {
-		return nil, faults.Newf(faults.CodeValidation, faults.NotImplemented, faults.Platform,
-			"recording %s has layout version %d; this build reads up to %d", id, m.Version, Version)
+		return nil, err
 	}
 	steps, err := readSteps(filepath.Join(dir, stepsFile))
 	if err != nil {
@@ -361,6 +385,26 @@ func (s *Store) Open(id string) (*Recording, error) {
 	}
 	m.Steps = len(steps)
 	return &Recording{dir: dir, m: m, steps: steps}, nil
+}
+
+// manifest reads the manifest of recording id, for op (the caller's verb).
+func (s *Store) manifest(id, op string) (string, Manifest, error) {
+	if !ValidID(id) {
+		return "", Manifest{}, invalidID(id)
+	}
+	dir := filepath.Join(s.root, id)
+	m, err := readManifest(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", m, faults.Newf(CodeRecordingNotFound, faults.NotFound, faults.Client, "recording %s not found", id)
+		}
+		return "", m, fmt.Errorf("%s recording %s: %w", op, id, err)
+	}
+	if m.Version > Version {
+		return "", m, faults.Newf(faults.CodeValidation, faults.NotImplemented, faults.Platform,
+			"recording %s has layout version %d; this build reads up to %d", id, m.Version, Version)
+	}
+	return dir, m, nil
 }
 
 // Manifest returns the recording's manifest.
@@ -402,6 +446,18 @@ func (r *Recording) readImage(st Step) ([]byte, error) {
 // recording directory.
 func safeRel(p string) bool {
 	return p != "" && !strings.Contains(p, `\`) && filepath.IsLocal(filepath.FromSlash(p))
+}
+
+// intactLength is the length of steps.jsonl content b without a torn or
+// unparsable last line: what the next append may follow.
+func intactLength(b []byte) int {
+	n := bytes.LastIndexByte(b, '\n') + 1
+	trimmed := bytes.TrimRight(b[:n], " \t\r\n")
+	start := bytes.LastIndexByte(trimmed, '\n') + 1
+	if last := trimmed[start:]; len(last) > 0 && !json.Valid(last) {
+		return start
+	}
+	return n
 }
 
 func readManifest(dir string) (Manifest, error) {

@@ -477,3 +477,77 @@ func TestMP4WithoutFFmpeg(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A recording resumed after a crash (or by another server process) keeps
+// every complete step and continues after them.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	for _, garbage := range []string{"", `{"n":2,"time":"2026-`, `{"n":2}garbage` + "\n"} {
+		t.Run(fmt.Sprintf("%q", garbage), func(t *testing.T) {
+			t.Parallel()
+			s, err := NewStore(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := s.Create(Manifest{ID: "resumed", TaskID: "t1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n := 0; n < 2; n++ {
+				if err := w.Append(Step{N: n}, testImage(t, 8, 8, color.White, "png"), "png"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.Close()
+			f, err := os.OpenFile(filepath.Join(s.Root(), "resumed", "steps.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteString(garbage); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+
+			w2, err := s.Resume("resumed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := w2.Manifest().Steps; got != 2 {
+				t.Fatalf("resumed at step count %d, want 2", got)
+			}
+			for n := 2; n < 4; n++ {
+				if err := w2.Append(Step{N: n, URL: fmt.Sprintf("https://example.com/%d", n)}, testImage(t, 8, 8, color.Black, "jpg"), "jpg"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w2.Finish(func(m *Manifest) { m.Outcome = OutcomeSuccess }); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Open("resumed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := r.Manifest(); m.Steps != 4 || m.Outcome != OutcomeSuccess || m.TaskID != "t1" {
+				t.Fatalf("manifest %+v", m)
+			}
+			for i, st := range r.Steps() {
+				if st.N != i {
+					t.Fatalf("step %d has n %d", i, st.N)
+				}
+				if _, _, err := r.Image(i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Resume("resumed"); faults.Of(err).Category != faults.Conflict {
+				t.Fatalf("resume of a finished recording: %v", err)
+			}
+		})
+	}
+	s, err := NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resume("missing"); !faults.Is(err, CodeRecordingNotFound) {
+		t.Fatalf("resume of a missing recording: %v", err)
+	}
+}

@@ -3,13 +3,14 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -20,13 +21,20 @@ import (
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/server/manager"
+	"github.com/orchard/orchard/store"
+	"github.com/orchard/orchard/store/memory"
 	"github.com/orchard/orchard/tasks"
 )
 
 // Episodes: the RL loop, one call per step (API.md "Episodes"). An episode
 // owns a browser sandbox from create to finish; its steps are forwarded to
 // the sandbox's browser and recorded; finish runs the task's evaluator.
-// Episode state lives in this server process.
+//
+// Episode state lives in the store (store.Docs), not in this process: each
+// call takes the episode's lock (store.Locker — a Redis lease when replicas
+// share Redis), loads the state, works and writes it back fenced by the
+// lease, so any replica serves any call and a replica that lost the lock
+// mid-step cannot overwrite its successor's state.
 
 // Outcomes of a finished episode.
 const (
@@ -45,6 +53,19 @@ const (
 	defaultEpisodeTimeout = 30 * time.Minute
 	// judgeScreenshots are the last screenshots kept for a judge.
 	judgeScreenshots = 3
+	// episodeKeep is how long an episode stays readable after its last
+	// call (or, while running, after its deadline).
+	episodeKeep = 24 * time.Hour
+	// episodeLockTTL bounds how long a replica that died mid-call blocks
+	// the episode's next call; the holder refreshes it every third.
+	episodeLockTTL = 15 * time.Second
+)
+
+// Kinds of the episode documents in the store.
+const (
+	episodeDoc  = "episode"
+	screensDoc  = "episode-screens" // apart, so listing episodes does not read images
+	episodeLock = "episode:"
 )
 
 type episodeRequest struct {
@@ -70,9 +91,8 @@ type attribution struct {
 	Step int `json:"step"`
 }
 
-type episode struct {
-	mu sync.Mutex // serialises steps and guards every field below
-
+// episodeView is what GET /episodes/{id} shows.
+type episodeView struct {
 	ID        string           `json:"episode_id"`
 	SandboxID string           `json:"sandbox_id"`
 	TaskID    string           `json:"task_id"`
@@ -85,31 +105,121 @@ type episode struct {
 	Eval      *evaluate.Result `json:"evaluation,omitempty"`
 	CreatedAt time.Time        `json:"created_at"`
 	Recording string           `json:"recording_id,omitempty"`
-
-	task        tasks.Task
-	observe     map[string]any
-	maxSteps    int
-	stepTimeout time.Duration
-	deadline    time.Time
-	lastURL     string
-	history     []evaluate.Step
-	screens     [][]byte
-	rec         *recordings.Writer
 }
 
+// episode is the stored state of an episode: its view and what the next
+// call needs.
+type episode struct {
+	episodeView
+	Task        tasks.Task      `json:"task"`
+	Observe     map[string]any  `json:"observe"`
+	MaxSteps    int             `json:"max_steps"`
+	StepTimeout time.Duration   `json:"step_timeout"`
+	Deadline    time.Time       `json:"deadline"`
+	LastURL     string          `json:"last_url,omitempty"`
+	History     []evaluate.Step `json:"history,omitempty"`
+
+	// screens are the last screenshots, for a judge; stored apart.
+	screens      [][]byte
+	screensDirty bool
+}
+
+func (ep *episode) ended() bool { return ep.Status == "finished" || ep.Status == "aborted" }
+
+// episodeStore keeps episodes in a store.Docs under store.Locker locks.
 type episodeStore struct {
-	mu  sync.Mutex // guards eps
-	eps map[string]*episode
+	docs   store.Docs
+	locker store.Locker
 }
 
-func (st *episodeStore) get(id string) (*episode, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	ep, ok := st.eps[id]
-	if !ok {
-		return nil, faults.Newf(faults.CodeEpisodeNotFound, faults.NotFound, faults.Client, "Episode %s not found", id)
+// newEpisodeStore uses st when it can hold documents and locks; otherwise
+// episodes live in this process only.
+func newEpisodeStore(st store.Store) *episodeStore {
+	d, okD := st.(store.Docs)
+	l, okL := st.(store.Locker)
+	if !okD || !okL {
+		m := memory.New()
+		d, l = m, m
 	}
-	return ep, nil
+	return &episodeStore{docs: d, locker: l}
+}
+
+func errEpisodeNotFound(id string) error {
+	return faults.Newf(faults.CodeEpisodeNotFound, faults.NotFound, faults.Client, "Episode %s not found", id)
+}
+
+// lock takes the episode's lock for one call. The returned context ends
+// when the lease is lost, so the call stops and its fenced save fails.
+func (st *episodeStore) lock(ctx context.Context, id string) (context.Context, store.Lease, func(), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	lease, release, err := store.Hold(ctx, st.locker, episodeLock+id, episodeLockTTL, cancel)
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	return ctx, lease, func() { release(); cancel(nil) }, nil
+}
+
+// load reads the episode id, and its screenshots when withScreens.
+func (st *episodeStore) load(ctx context.Context, id string, withScreens bool) (*episode, error) {
+	b, ok, err := st.docs.GetDoc(ctx, episodeDoc, id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errEpisodeNotFound(id)
+	}
+	var ep episode
+	if err := json.Unmarshal(b, &ep); err != nil {
+		return nil, faults.Wrap(err, faults.CodeInternal, faults.Internal, faults.Platform, "decode episode "+id)
+	}
+	if withScreens {
+		b, ok, err := st.docs.GetDoc(ctx, screensDoc, id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			_ = json.Unmarshal(b, &ep.screens)
+		}
+	}
+	return &ep, nil
+}
+
+// acquire locks the episode id and loads it; release unlocks.
+func (st *episodeStore) acquire(ctx context.Context, id string, withScreens bool) (context.Context, *episode, store.Lease, func(), error) {
+	ctx, lease, release, err := st.lock(ctx, id)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ep, err := st.load(ctx, id, withScreens)
+	if err != nil {
+		release()
+		return nil, nil, nil, nil, err
+	}
+	return ctx, ep, lease, release, nil
+}
+
+// save writes ep, fenced by lease.
+func (st *episodeStore) save(ctx context.Context, lease store.Lease, ep *episode) error {
+	ttl := episodeKeep
+	if !ep.ended() {
+		ttl += max(time.Until(ep.Deadline), 0)
+	}
+	if ep.screensDirty {
+		b, err := json.Marshal(ep.screens)
+		if err != nil {
+			return err
+		}
+		if err := st.docs.PutDocFenced(ctx, lease, screensDoc, ep.ID, b, ttl); err != nil {
+			return err
+		}
+		ep.screensDirty = false
+	}
+	b, err := json.Marshal(ep)
+	if err != nil {
+		return err
+	}
+	return st.docs.PutDocFenced(ctx, lease, episodeDoc, ep.ID, b, ttl)
 }
 
 func (s *Server) episodeRoutes() []route {
@@ -203,6 +313,9 @@ func (s *Server) createEpisode(c *gin.Context) error {
 			task.ID = "inline-" + uuid.NewString()[:8]
 		}
 	case req.TaskID != "":
+		if err := s.syncSuites(c.Request.Context()); err != nil {
+			return err
+		}
 		t, err := s.tasks.Get(req.TaskID)
 		if err != nil {
 			return err
@@ -212,25 +325,25 @@ func (s *Server) createEpisode(c *gin.Context) error {
 		return errValidation(validationItem{Type: "missing", Loc: []any{"body", "task_id"}, Msg: "task or task_id is required", Input: nil})
 	}
 	ep := &episode{
-		ID: uuid.NewString()[:12], TaskID: task.ID, Status: "running", CreatedAt: time.Now().UTC(),
-		task: task, observe: req.Observe, maxSteps: req.MaxSteps, stepTimeout: time.Duration(req.StepTimeoutMS) * time.Millisecond,
+		episodeView: episodeView{ID: uuid.NewString()[:12], TaskID: task.ID, Status: "running", CreatedAt: time.Now().UTC()},
+		Task:        task, Observe: req.Observe, MaxSteps: req.MaxSteps, StepTimeout: time.Duration(req.StepTimeoutMS) * time.Millisecond,
 	}
-	if ep.maxSteps <= 0 {
-		ep.maxSteps = task.MaxSteps
+	if ep.MaxSteps <= 0 {
+		ep.MaxSteps = task.MaxSteps
 	}
-	if ep.maxSteps <= 0 {
-		ep.maxSteps = defaultMaxSteps
+	if ep.MaxSteps <= 0 {
+		ep.MaxSteps = defaultMaxSteps
 	}
-	if ep.stepTimeout <= 0 {
-		ep.stepTimeout = defaultStepTimeout
+	if ep.StepTimeout <= 0 {
+		ep.StepTimeout = defaultStepTimeout
 	}
 	total := time.Duration(req.EpisodeTimeoutMS) * time.Millisecond
 	if total <= 0 {
 		total = defaultEpisodeTimeout
 	}
-	ep.deadline = time.Now().Add(total)
-	if ep.observe == nil {
-		ep.observe = map[string]any{"screenshot": "jpeg", "som": true}
+	ep.Deadline = time.Now().Add(total)
+	if ep.Observe == nil {
+		ep.Observe = map[string]any{"screenshot": "jpeg", "som": true}
 	}
 
 	// The sandbox: the request's settings over the task's over ours.
@@ -270,7 +383,13 @@ func (s *Server) createEpisode(c *gin.Context) error {
 		p.Faults, _ = json.Marshal(plan)
 	}
 	p.Labels = map[string]string{"orchard.episode": ep.ID}
-	ctx := c.Request.Context()
+	// Nobody knows the id yet: the lock is free, and held from here so the
+	// first state written is the whole first step's.
+	ctx, lease, unlock, err := s.eps.lock(c.Request.Context(), ep.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	rec, err := s.mgr.Create(ctx, p)
 	if err != nil {
 		return err
@@ -288,31 +407,26 @@ func (s *Server) createEpisode(c *gin.Context) error {
 		release()
 		return err
 	}
-	if req.Record == nil || *req.Record {
-		if s.recs != nil {
-			w, err := s.recs.Create(recordings.Manifest{ID: ep.ID, EpisodeID: ep.ID, TaskID: task.ID, Question: task.Question,
-				StartURL: task.StartURL, SandboxID: rec.ID, Kind: api.KindBrowser, CreatedAt: ep.CreatedAt})
-			if err != nil {
-				s.log.Warn("episode: recording", "episode_id", ep.ID, "err", err)
-			} else {
-				ep.rec, ep.Recording = w, ep.ID
-			}
+	if (req.Record == nil || *req.Record) && s.recs != nil {
+		w, err := s.recs.Create(recordings.Manifest{ID: ep.ID, EpisodeID: ep.ID, TaskID: task.ID, Question: task.Question,
+			StartURL: task.StartURL, SandboxID: rec.ID, Kind: api.KindBrowser, CreatedAt: ep.CreatedAt})
+		if err != nil {
+			s.log.Warn("episode: recording", "episode_id", ep.ID, "err", err)
+		} else {
+			_ = w.Close()
+			ep.Recording = ep.ID
 		}
 	}
-	s.eps.mu.Lock()
-	s.eps.eps[ep.ID] = ep
-	s.eps.mu.Unlock()
 
 	// Step 0: the start page, loaded with the navigation retry policy.
-	first := map[string]any{"observe": ep.observe}
+	first := map[string]any{"observe": ep.Observe}
 	if task.StartURL != "" {
 		first["actions"] = []map[string]any{{"type": "navigate", "url": task.StartURL,
 			"retry": map[string]any{"attempts": 3, "initial_ms": 500, "max_ms": 4000}}}
 	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	out, err := s.runStep(ctx, ep, first, true)
-	if err != nil {
+	out := s.runStep(ctx, ep, first, true)
+	if err := s.eps.save(ctx, lease, ep); err != nil {
+		release()
 		return err
 	}
 	out["episode_id"], out["sandbox_id"] = ep.ID, ep.SandboxID
@@ -362,11 +476,13 @@ func (s *Server) setupTask(ctx context.Context, id string, st *tasks.Setup) erro
 	return nil
 }
 
-// runStep sends one browser request for ep (ep.mu held) and records it.
-func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, reset bool) (gin.H, error) {
+// runStep sends one browser request for ep (its lock held) and records it.
+// Failures are the step's info, not an error: the trainer gets them as the
+// step's outcome.
+func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, reset bool) gin.H {
 	start := time.Now()
-	sctx, cancel := context.WithTimeoutCause(ctx, ep.stepTimeout,
-		faults.Newf(faults.CodeEpisodeDeadline, faults.Timeout, faults.Policy, "step %d ran past its %s budget", ep.Steps+1, ep.stepTimeout))
+	sctx, cancel := context.WithTimeoutCause(ctx, ep.StepTimeout,
+		faults.Newf(faults.CodeEpisodeDeadline, faults.Timeout, faults.Policy, "step %d ran past its %s budget", ep.Steps+1, ep.StepTimeout))
 	defer cancel()
 	status, raw, err := s.browserCall(sctx, ep.SandboxID, "/browser/actions", req)
 	info := episodeInfo{Step: ep.Steps}
@@ -423,7 +539,7 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 			}
 		}
 	}
-	if ep.Steps >= ep.maxSteps || time.Now().After(ep.deadline) {
+	if ep.Steps >= ep.MaxSteps || time.Now().After(ep.Deadline) {
 		done = true
 	}
 	if done && ep.Status == "running" {
@@ -445,14 +561,14 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 	}
 	_ = json.Unmarshal(resp.Observation, &obs)
 	if obs.URL != "" {
-		ep.lastURL = obs.URL
+		ep.LastURL = obs.URL
 	}
 	errText := ""
 	if info.Error != nil {
 		errText = info.Error.Code
 	}
 	if !reset {
-		ep.history = append(ep.history, evaluate.Step{N: info.Step, Action: action, URL: obs.URL, Error: errText})
+		ep.History = append(ep.History, evaluate.Step{N: info.Step, Action: action, URL: obs.URL, Error: errText})
 	}
 	var shot []byte
 	ext := ""
@@ -462,18 +578,30 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 		if len(ep.screens) > judgeScreenshots {
 			ep.screens = ep.screens[len(ep.screens)-judgeScreenshots:]
 		}
+		ep.screensDirty = true
 	}
-	if ep.rec != nil {
+	if ep.Recording != "" && s.recs != nil {
 		st := recordings.Step{N: info.Step, Time: start.UTC(), Action: action, Result: raw, URL: obs.URL, Title: obs.Title,
 			Text: obs.Text, AXTree: obs.AXTree, Frame: obs.Frame, Scale: obs.Scale, StepMS: info.StepMS, Error: info.Error, Injected: info.Injected}
 		if obs.Screenshot != nil {
 			st.Width, st.Height = obs.Screenshot.Width, obs.Screenshot.Height
 		}
-		if err := ep.rec.Append(st, shot, ext); err != nil {
+		if err := s.appendRecording(ep.Recording, st, shot, ext); err != nil {
 			s.log.Warn("episode: record step", "episode_id", ep.ID, "err", err)
 		}
 	}
-	return gin.H{"observation": resp.Observation, "done": done, "info": info}, nil
+	return gin.H{"observation": resp.Observation, "done": done, "info": info}
+}
+
+// appendRecording appends one step to an episode's recording, reopened
+// for the step: the previous call may have been served by another replica.
+func (s *Server) appendRecording(id string, st recordings.Step, shot []byte, ext string) error {
+	w, err := s.recs.Resume(id)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	return w.Append(st, shot, ext)
 }
 
 // endEnvError ends ep as the environment's fault (ep.mu held).
@@ -487,10 +615,6 @@ func (s *Server) endEnvError(ep *episode, f faults.Info, step int) {
 }
 
 func (s *Server) stepEpisode(c *gin.Context) error {
-	ep, err := s.eps.get(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	var req struct {
 		Action  json.RawMessage   `json:"action"`
 		Actions []json.RawMessage `json:"actions"`
@@ -506,17 +630,20 @@ func (s *Server) stepEpisode(c *gin.Context) error {
 	if len(actions) == 0 {
 		return errValidation(validationItem{Type: "missing", Loc: []any{"body", "action"}, Msg: "Field required", Input: nil})
 	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
+	ctx, ep, lease, unlock, err := s.eps.acquire(c.Request.Context(), c.Param("id"), true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if ep.Status != "running" {
 		return faults.Newf(faults.CodeEpisodeDone, faults.Conflict, faults.Client, "episode %s is %s: finish it or start another", ep.ID, ep.Status)
 	}
-	observe := ep.observe
+	observe := ep.Observe
 	if req.Observe != nil {
 		observe = req.Observe
 	}
-	out, err := s.runStep(c.Request.Context(), ep, map[string]any{"actions": actions, "observe": observe}, false)
-	if err != nil {
+	out := s.runStep(ctx, ep, map[string]any{"actions": actions, "observe": observe}, false)
+	if err := s.eps.save(ctx, lease, ep); err != nil {
 		return err
 	}
 	c.JSON(http.StatusOK, out)
@@ -550,10 +677,6 @@ func (p episodePage) Eval(ctx context.Context, expr string) (json.RawMessage, er
 }
 
 func (s *Server) finishEpisode(c *gin.Context) error {
-	ep, err := s.eps.get(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	var req struct {
 		Answer *string `json:"answer"`
 	}
@@ -562,22 +685,24 @@ func (s *Server) finishEpisode(c *gin.Context) error {
 			return err
 		}
 	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if ep.Status == "finished" || ep.Status == "aborted" {
+	ctx, ep, lease, unlock, err := s.eps.acquire(c.Request.Context(), c.Param("id"), true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if ep.ended() {
 		c.JSON(http.StatusOK, ep.result())
 		return nil
 	}
 	if req.Answer != nil {
 		ep.Answer = *req.Answer
 	}
-	ctx := c.Request.Context()
 	if ep.Outcome == "" {
-		if ep.task.Eval == nil {
-			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s has no eval block", ep.task.ID)
+		if ep.Task.Eval == nil {
+			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s has no eval block", ep.Task.ID)
 		}
-		tr := evaluate.Trajectory{Question: ep.task.Question, Answer: ep.Answer, StartURL: ep.task.StartURL, Steps: ep.history, Screenshots: ep.screens}
-		res, err := s.evaluator.Evaluate(ctx, *ep.task.Eval, tr, episodePage{s: s, ep: ep, url: ep.lastURL})
+		tr := evaluate.Trajectory{Question: ep.Task.Question, Answer: ep.Answer, StartURL: ep.Task.StartURL, Steps: ep.History, Screenshots: ep.screens}
+		res, err := s.evaluator.Evaluate(ctx, *ep.Task.Eval, tr, episodePage{s: s, ep: ep, url: ep.LastURL})
 		switch {
 		case err != nil:
 			f := faults.Of(err)
@@ -596,32 +721,47 @@ func (s *Server) finishEpisode(c *gin.Context) error {
 		}
 	}
 	ep.Status = "finished"
-	s.closeEpisode(ep)
+	if err := s.closeEpisode(ctx, lease, ep); err != nil {
+		return err
+	}
 	c.JSON(http.StatusOK, ep.result())
 	return nil
 }
 
-// closeEpisode finishes the recording and releases the sandbox (ep.mu held).
-func (s *Server) closeEpisode(ep *episode) {
-	if ep.rec != nil {
-		evalJSON, _ := json.Marshal(ep.Eval)
-		err := ep.rec.Finish(func(m *recordings.Manifest) {
-			now := time.Now().UTC()
-			m.FinishedAt, m.Outcome, m.Reward, m.Answer = &now, ep.Outcome, ep.Reward, ep.Answer
-			if ep.Attrib != nil {
-				info := ep.Attrib.Info
-				m.Attribution, m.AttributionStep = &info, ep.Attrib.Step
-			}
-			if ep.Eval != nil {
-				m.Evaluation = evalJSON
-			}
-		})
-		if err != nil {
+// closeEpisode stores the ended episode, finishes its recording and
+// releases its sandbox (its lock held). The state is stored first: a
+// replica that lost the lock leaves both to the holder.
+func (s *Server) closeEpisode(ctx context.Context, lease store.Lease, ep *episode) error {
+	if err := s.eps.save(ctx, lease, ep); err != nil {
+		return err
+	}
+	if ep.Recording != "" && s.recs != nil {
+		if err := s.finishRecording(ep); err != nil {
 			s.log.Warn("episode: finish recording", "episode_id", ep.ID, "err", err)
 		}
-		ep.rec = nil
 	}
 	_ = s.mgr.Delete(context.Background(), ep.SandboxID)
+	return nil
+}
+
+func (s *Server) finishRecording(ep *episode) error {
+	w, err := s.recs.Resume(ep.Recording)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	evalJSON, _ := json.Marshal(ep.Eval)
+	return w.Finish(func(m *recordings.Manifest) {
+		now := time.Now().UTC()
+		m.FinishedAt, m.Outcome, m.Reward, m.Answer = &now, ep.Outcome, ep.Reward, ep.Answer
+		if ep.Attrib != nil {
+			info := ep.Attrib.Info
+			m.Attribution, m.AttributionStep = &info, ep.Attrib.Step
+		}
+		if ep.Eval != nil {
+			m.Evaluation = evalJSON
+		}
+	})
 }
 
 func (ep *episode) result() gin.H {
@@ -629,49 +769,99 @@ func (ep *episode) result() gin.H {
 		"attribution": ep.Attrib, "steps": ep.Steps, "answer": ep.Answer, "recording_id": ep.Recording}
 }
 
+// getEpisode reads without the lock: a step in progress must not block a
+// look at the episode, and the stored state is always a whole one.
 func (s *Server) getEpisode(c *gin.Context) error {
-	ep, err := s.eps.get(c.Param("id"))
+	ep, err := s.eps.load(c.Request.Context(), c.Param("id"), false)
 	if err != nil {
 		return err
 	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	c.JSON(http.StatusOK, ep)
+	c.JSON(http.StatusOK, ep.episodeView)
 	return nil
 }
 
 func (s *Server) listEpisodes(c *gin.Context) error {
-	s.eps.mu.Lock()
-	list := make([]gin.H, 0, len(s.eps.eps))
-	for _, ep := range s.eps.eps {
-		list = append(list, gin.H{"episode_id": ep.ID, "task_id": ep.TaskID, "sandbox_id": ep.SandboxID, "created_at": ep.CreatedAt})
+	docs, err := s.eps.docs.ListDocs(c.Request.Context(), episodeDoc)
+	if err != nil {
+		return err
 	}
-	s.eps.mu.Unlock()
-	c.JSON(http.StatusOK, gin.H{"episodes": list})
+	list := make([]episodeView, 0, len(docs))
+	for _, b := range docs {
+		var v episodeView
+		if json.Unmarshal(b, &v) == nil {
+			list = append(list, v)
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt.After(list[j].CreatedAt) })
+	out := make([]gin.H, len(list))
+	for i, v := range list {
+		out[i] = gin.H{"episode_id": v.ID, "task_id": v.TaskID, "sandbox_id": v.SandboxID, "status": v.Status,
+			"steps": v.Steps, "outcome": v.Outcome, "created_at": v.CreatedAt}
+	}
+	c.JSON(http.StatusOK, gin.H{"episodes": out})
 	return nil
 }
 
 func (s *Server) deleteEpisode(c *gin.Context) error {
-	ep, err := s.eps.get(c.Param("id"))
+	ctx, ep, lease, unlock, err := s.eps.acquire(c.Request.Context(), c.Param("id"), false)
 	if err != nil {
 		return err
 	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if ep.Status != "finished" && ep.Status != "aborted" {
+	defer unlock()
+	if !ep.ended() {
 		ep.Status = "aborted"
-		s.closeEpisode(ep)
+		if err := s.closeEpisode(ctx, lease, ep); err != nil {
+			return err
+		}
 	}
 	c.JSON(http.StatusOK, gin.H{"episode_id": ep.ID, "status": ep.Status})
 	return nil
 }
 
+// Suites loaded with POST /tasks are kept in the store too, so that every
+// replica knows them; each replica's registry follows the store.
+const suiteDoc = "task-suite"
+
+// syncSuites loads into the registry the suites of the store that it does
+// not have in their stored version.
+func (s *Server) syncSuites(ctx context.Context) error {
+	docs, err := s.eps.docs.ListDocs(ctx, suiteDoc)
+	if err != nil {
+		return err
+	}
+	s.suitesMu.Lock()
+	defer s.suitesMu.Unlock()
+	for name, b := range docs {
+		sum := sha256.Sum256(b)
+		if s.suiteSums[name] == sum {
+			continue
+		}
+		var list []tasks.Task
+		if err := json.Unmarshal(b, &list); err != nil {
+			s.log.Warn("tasks: stored suite does not decode", "suite", name, "err", err)
+			continue
+		}
+		if err := s.tasks.Add(name, list); err != nil {
+			s.log.Warn("tasks: stored suite does not load", "suite", name, "err", err)
+			continue
+		}
+		s.suiteSums[name] = sum
+	}
+	return nil
+}
+
 func (s *Server) listTasks(c *gin.Context) error {
+	if err := s.syncSuites(c.Request.Context()); err != nil {
+		return err
+	}
 	c.JSON(http.StatusOK, gin.H{"suites": s.tasks.List()})
 	return nil
 }
 
 func (s *Server) suiteTasks(c *gin.Context) error {
+	if err := s.syncSuites(c.Request.Context()); err != nil {
+		return err
+	}
 	c.JSON(http.StatusOK, gin.H{"suite": c.Param("suite"), "tasks": s.tasks.Tasks(c.Param("suite"))})
 	return nil
 }
@@ -692,6 +882,16 @@ func (s *Server) loadTasks(c *gin.Context) error {
 	if err := s.tasks.Add(suite, list); err != nil {
 		return err
 	}
+	b, err := json.Marshal(s.tasks.Tasks(suite))
+	if err != nil {
+		return err
+	}
+	if err := s.eps.docs.PutDoc(c.Request.Context(), suiteDoc, suite, b, 0); err != nil {
+		return err
+	}
+	s.suitesMu.Lock()
+	s.suiteSums[suite] = sha256.Sum256(b)
+	s.suitesMu.Unlock()
 	c.JSON(http.StatusOK, gin.H{"suite": suite, "tasks": len(list)})
 	return nil
 }

@@ -109,3 +109,75 @@ func TestRedisOutageFailsFastAndRecovers(t *testing.T) {
 	}
 	createReady(t, a, map[string]any{"memory": "256Mi"})
 }
+
+// An episode's calls may land on any replica: the suite loaded on one is
+// known to the other, steps alternate between them, concurrent steps on
+// two replicas are serialised, and the recording holds every step.
+func TestReplicasShareEpisodes(t *testing.T) {
+	testenv.RequireChromium(t)
+	a, b, rs := replicas(t)
+	loadShop(t, a)
+	e := call(t, b, "POST", "/episodes", map[string]any{"task_id": "search-lamp", "max_steps": 10})
+	want(t, e, 200)
+	id := e.body["episode_id"].(string)
+	for i, act := range searchSteps[:2] {
+		srv := []*testserver.Server{a, b}[i%2]
+		s := call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": act})
+		want(t, s, 200)
+		if info := s.body["info"].(map[string]any); info["step"] != float64(i+1) || info["error"] != nil {
+			t.Fatalf("step %d on replica %d: %s", i+1, i%2, s.raw)
+		}
+	}
+	// The last click and a no-op wait race on the two replicas: both run,
+	// one after the other, as steps 3 and 4.
+	var wg sync.WaitGroup
+	steps := make([]float64, 2)
+	for i, act := range []map[string]any{searchSteps[2], {"type": "wait", "ms": 50}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := call(t, []*testserver.Server{a, b}[i], "POST", "/episodes/"+id+"/step", map[string]any{"action": act})
+			want(t, s, 200)
+			steps[i] = s.body["info"].(map[string]any)["step"].(float64)
+		}()
+	}
+	wg.Wait()
+	if steps[0]+steps[1] != 7 || steps[0] == steps[1] {
+		t.Fatalf("concurrent steps on two replicas numbered %v, want 3 and 4", steps)
+	}
+	g := call(t, a, "GET", "/episodes/"+id, nil)
+	want(t, g, 200)
+	if g.body["steps"] != 4.0 || g.body["status"] != "running" {
+		t.Fatalf("episode seen on A: %s", g.raw)
+	}
+	l := call(t, b, "GET", "/episodes", nil)
+	want(t, l, 200)
+	if eps := l.body["episodes"].([]any); len(eps) != 1 || eps[0].(map[string]any)["episode_id"] != id {
+		t.Fatalf("list on B: %s", l.raw)
+	}
+	f := call(t, a, "POST", "/episodes/"+id+"/finish", map[string]any{"answer": "3 results"})
+	want(t, f, 200)
+	if f.body["outcome"] != "success" {
+		t.Fatalf("finish on A: %s", f.raw)
+	}
+	// finish is idempotent on the other replica, which sees the result.
+	f2 := call(t, b, "POST", "/episodes/"+id+"/finish", nil)
+	if f2.body["outcome"] != "success" || f2.body["steps"] != 4.0 {
+		t.Fatalf("finish again on B: %s", f2.raw)
+	}
+	rec := call(t, b, "GET", "/recordings/"+id, nil)
+	want(t, rec, 200)
+	if n := len(rec.body["steps"].([]any)); n != 5 || rec.body["manifest"].(map[string]any)["outcome"] != "success" {
+		t.Fatalf("recording has %d steps (want the start page and 4): %s", n, rec.raw)
+	}
+	want(t, call(t, a, "GET", "/sandboxes/"+e.body["sandbox_id"].(string), nil), 404)
+
+	// Redis down: an episode call fails fast and classified.
+	rs.Stop()
+	start := time.Now()
+	r := call(t, b, "GET", "/episodes/"+id, nil)
+	if r.status != 503 || time.Since(start) > 5*time.Second {
+		t.Fatalf("episode read with Redis down: %d after %v: %s", r.status, time.Since(start), r.raw)
+	}
+	rs.Start()
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 	"github.com/gorilla/websocket"
@@ -66,6 +67,8 @@ type Server struct {
 	routes    []route
 
 	eps       *episodeStore
+	suitesMu  sync.Mutex          // guards suiteSums
+	suiteSums map[string][32]byte // suite → hash of the stored version the registry has
 	tasks     *tasks.Registry
 	evaluator *evaluate.Evaluator
 	recs      *recordings.Store // nil without Config.RecordingsDir
@@ -90,7 +93,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 		cfg.Tasks = tasks.NewRegistry()
 	}
 	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New(),
-		eps: &episodeStore{eps: map[string]*episode{}}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
+		eps: newEpisodeStore(mgr.Store()), suiteSums: map[string][32]byte{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
 	if cfg.RecordingsDir != "" {
 		recs, err := recordings.NewStore(cfg.RecordingsDir)
 		if err != nil {

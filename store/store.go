@@ -173,6 +173,22 @@ type Fenced interface {
 	UpdateJobFenced(ctx context.Context, l Lease, id string, fn func(*api.Job) error) (api.Job, error)
 }
 
+// Docs keeps JSON documents that other packages own — episodes — by kind
+// and id, each expiring ttl after its last write (0: never). Writes replace
+// the whole document; a writer that must not race others holds a Lease on
+// the document's name and writes with PutDocFenced.
+type Docs interface {
+	PutDoc(ctx context.Context, kind, id string, doc []byte, ttl time.Duration) error
+	// PutDocFenced is PutDoc applied only if l is still held, atomically
+	// with the check; lock_lost otherwise.
+	PutDocFenced(ctx context.Context, l Lease, kind, id string, doc []byte, ttl time.Duration) error
+	// GetDoc returns the document, or ok false if there is none (or it expired).
+	GetDoc(ctx context.Context, kind, id string) (doc []byte, ok bool, err error)
+	DeleteDoc(ctx context.Context, kind, id string) error
+	// ListDocs returns every live document of kind by id.
+	ListDocs(ctx context.Context, kind string) (map[string][]byte, error)
+}
+
 // Elector keeps named leases held by one holder at a time, for leader
 // election: one cleanup/reconcile loop among all replicas. Campaign runs the
 // usual loop over it.
@@ -269,4 +285,46 @@ func leadWhileHeld(ctx context.Context, e Elector, name, holder string, ttl time
 			return false
 		}
 	}
+}
+
+// Hold takes the lock called name from l and keeps it: a goroutine
+// refreshes the lease every ttl/3 until release is called, so ttl only
+// bounds how long a holder that died blocks the next one. When the lease
+// is lost while held (expired during a stall, then taken by another
+// holder), lost is called with the cause; a store outage is retried while
+// the lease may still hold. release stops the refreshes and unlocks.
+func Hold(ctx context.Context, l Locker, name string, ttl time.Duration, lost func(error)) (Lease, func(), error) {
+	lease, err := l.Lock(ctx, name, ttl)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // owner: release stops it
+		defer close(done)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				err := lease.Refresh(context.Background())
+				if faults.Is(err, faults.CodeLockLost) {
+					if lost != nil {
+						lost(err)
+					}
+					return
+				}
+			}
+		}
+	}()
+	release := func() {
+		close(stop)
+		<-done
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = lease.Unlock(uctx)
+	}
+	return lease, release, nil
 }

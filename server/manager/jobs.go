@@ -61,39 +61,13 @@ func (m *Manager) lock(ctx context.Context, id string, lost func(error)) (held, 
 	if !ok {
 		return held{unlock: local}, nil
 	}
-	lease, err := locker.Lock(ctx, "sandbox:"+id, execLockTTL)
+	lease, release, err := store.Hold(ctx, locker, "sandbox:"+id, execLockTTL, lost)
 	if err != nil {
 		local()
 		return held{}, err
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { // owner: the unlock below stops it
-		defer close(done)
-		t := time.NewTicker(execLockTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				err := lease.Refresh(context.Background())
-				if faults.Is(err, faults.CodeLockLost) {
-					if lost != nil {
-						lost(err)
-					}
-					return
-				}
-				// A store outage: keep trying while the lease may still hold.
-			}
-		}
-	}()
 	unlock := func() {
-		close(stop)
-		<-done
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = lease.Unlock(uctx)
+		release()
 		local()
 	}
 	return held{unlock: unlock, lease: lease}, nil

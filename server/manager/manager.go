@@ -145,6 +145,10 @@ type Manager struct {
 
 // New returns a manager. dial returns the agent client for an address; it
 // should hand out one pooled client per address (agent.Pool).
+// Store is the state store the manager keeps sandboxes and jobs in; the
+// server keeps its episodes there too.
+func (m *Manager) Store() store.Store { return m.st }
+
 func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) Agent, log *slog.Logger) *Manager {
 	cfg.setDefaults()
 	if log == nil {

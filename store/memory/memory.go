@@ -15,9 +15,10 @@ import (
 // Store keeps records in maps. Values are copied in and out so callers never
 // share memory with the store.
 type Store struct {
-	mu        sync.Mutex // guards sandboxes and jobs
+	mu        sync.Mutex // guards sandboxes, jobs and docs
 	sandboxes map[string]store.Sandbox
 	jobs      map[string]api.Job
+	docs      map[docKey]doc
 
 	subMu sync.Mutex // guards subs
 	subs  map[string]map[*sub]struct{}
@@ -32,6 +33,15 @@ type Store struct {
 }
 
 type sub struct{ ch chan struct{} }
+
+type docKey struct{ kind, id string }
+
+type doc struct {
+	b       []byte
+	expires time.Time // zero: never
+}
+
+func (d doc) live(now time.Time) bool { return d.expires.IsZero() || now.Before(d.expires) }
 
 // lockState is the holder of one named lock. One counter for all names
 // keeps tokens monotonic per name without keeping released locks around.
@@ -50,6 +60,7 @@ var (
 	_ store.Locker  = (*Store)(nil)
 	_ store.Fenced  = (*Store)(nil)
 	_ store.Elector = (*Store)(nil)
+	_ store.Docs    = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -57,6 +68,7 @@ func New() *Store {
 	return &Store{
 		sandboxes: map[string]store.Sandbox{},
 		jobs:      map[string]api.Job{},
+		docs:      map[docKey]doc{},
 		subs:      map[string]map[*sub]struct{}{},
 		locks:     map[string]lockState{},
 		waiting:   map[string]chan struct{}{},
@@ -364,4 +376,70 @@ func (m *Store) Release(ctx context.Context, name, holder string) error {
 		delete(m.leaders, name)
 	}
 	return nil
+}
+
+// PutDoc implements store.Docs.
+func (m *Store) PutDoc(ctx context.Context, kind, id string, b []byte, ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.putDoc(kind, id, b, ttl)
+	return nil
+}
+
+// putDoc stores a copy of b; the caller holds mu. Expired documents are
+// dropped here, so the map does not grow with documents nobody reads.
+func (m *Store) putDoc(kind, id string, b []byte, ttl time.Duration) {
+	now := time.Now()
+	for k, d := range m.docs {
+		if !d.live(now) {
+			delete(m.docs, k)
+		}
+	}
+	d := doc{b: append([]byte(nil), b...)}
+	if ttl > 0 {
+		d.expires = now.Add(ttl)
+	}
+	m.docs[docKey{kind, id}] = d
+}
+
+// PutDocFenced implements store.Docs.
+func (m *Store) PutDocFenced(ctx context.Context, l store.Lease, kind, id string, b []byte, ttl time.Duration) error {
+	return m.fenced(l, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.putDoc(kind, id, b, ttl)
+	})
+}
+
+// GetDoc implements store.Docs.
+func (m *Store) GetDoc(ctx context.Context, kind, id string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.docs[docKey{kind, id}]
+	if !ok || !d.live(time.Now()) {
+		return nil, false, nil
+	}
+	return append([]byte(nil), d.b...), true, nil
+}
+
+// DeleteDoc implements store.Docs.
+func (m *Store) DeleteDoc(ctx context.Context, kind, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.docs, docKey{kind, id})
+	return nil
+}
+
+// ListDocs implements store.Docs.
+func (m *Store) ListDocs(ctx context.Context, kind string) (map[string][]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	out := map[string][]byte{}
+	for k, d := range m.docs {
+		if k.kind == kind && d.live(now) {
+			out[k.id] = append([]byte(nil), d.b...)
+		}
+	}
+	return out, nil
 }

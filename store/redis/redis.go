@@ -12,6 +12,8 @@
 //	fence           the fencing token counter, one for all lock names
 //	leader:<name>   leader lease: the holder's id, expiring with its lease
 //	event:<topic>   pub/sub channel of a Subscribe topic
+//	doc:<kind>:<id>, docs:<kind>  documents of other packages (episodes); see docs.go
+//	site:<host>, sites            site-health breaker state; see sitehealth.go
 //
 // Every Redis failure (dial, timeout, reset, EOF, a server that is loading
 // or read-only) is a platform.store_unavailable fault: category

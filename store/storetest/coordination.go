@@ -407,3 +407,97 @@ func testCampaignStalled(t *testing.T, e store.Elector) {
 	<-doneA
 	<-doneB
 }
+
+func docs(t *testing.T, s store.Store) store.Docs {
+	d, ok := s.(store.Docs)
+	if !ok {
+		t.Skipf("%T is not a store.Docs", s)
+	}
+	return d
+}
+
+// Documents: whole-document writes, copies out, kinds kept apart, expiry
+// that GetDoc and ListDocs both honour.
+func testDocs(t *testing.T, d store.Docs) {
+	c := ctx(t)
+	if _, ok, err := d.GetDoc(c, "episode", "e1"); err != nil || ok {
+		t.Fatalf("GetDoc of a missing document: ok=%v err=%v", ok, err)
+	}
+	if err := d.PutDoc(c, "episode", "e1", []byte(`{"v":1}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutDoc(c, "episode", "e1", []byte(`{"v":2}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutDoc(c, "other", "e1", []byte(`{"other":true}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutDoc(c, "episode", "short", []byte(`{"v":3}`), 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	b, ok, err := d.GetDoc(c, "episode", "e1")
+	if err != nil || !ok || string(b) != `{"v":2}` {
+		t.Fatalf("GetDoc = %q, %v, %v; want the last write", b, ok, err)
+	}
+	b[0] = 'X' // the store must have handed out a copy
+	if b, _, _ := d.GetDoc(c, "episode", "e1"); string(b) != `{"v":2}` {
+		t.Fatalf("changing a returned document changed the store: %q", b)
+	}
+	list, err := d.ListDocs(c, "episode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || string(list["e1"]) != `{"v":2}` || string(list["short"]) != `{"v":3}` {
+		t.Fatalf("ListDocs(episode) = %q", list)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if _, ok, err := d.GetDoc(c, "episode", "short"); err != nil || ok {
+		t.Fatalf("expired document still read: ok=%v err=%v", ok, err)
+	}
+	if list, err := d.ListDocs(c, "episode"); err != nil || len(list) != 1 || list["e1"] == nil {
+		t.Fatalf("ListDocs after expiry = %q, %v; want only e1", list, err)
+	}
+	if err := d.DeleteDoc(c, "episode", "e1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DeleteDoc(c, "episode", "e1"); err != nil {
+		t.Fatalf("deleting a missing document: %v", err)
+	}
+	if list, err := d.ListDocs(c, "episode"); err != nil || len(list) != 0 {
+		t.Fatalf("ListDocs after delete = %q, %v", list, err)
+	}
+	if b, ok, _ := d.GetDoc(c, "other", "e1"); !ok || string(b) != `{"other":true}` {
+		t.Fatalf("another kind's document changed: %q %v", b, ok)
+	}
+}
+
+// A document writer that lost its lease cannot write.
+func testDocsFenced(t *testing.T, s store.Store) {
+	l, d := locker(t, s), docs(t, s)
+	c := ctx(t)
+	const ttl = 200 * time.Millisecond
+	first, err := l.Lock(c, "episode:e1", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutDocFenced(c, first, "episode", "e1", []byte(`"first"`), 0); err != nil {
+		t.Fatalf("fenced write while held: %v", err)
+	}
+	second, err := l.Lock(c, "episode:e1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.PutDocFenced(c, first, "episode", "e1", []byte(`"stale"`), 0); !faults.Is(err, faults.CodeLockLost) {
+		t.Fatalf("stale holder's write: %v, want %s", err, faults.CodeLockLost)
+	}
+	if b, _, _ := d.GetDoc(c, "episode", "e1"); string(b) != `"first"` {
+		t.Fatalf("stale holder's write was stored: %s", b)
+	}
+	if err := d.PutDocFenced(c, second, "episode", "e1", []byte(`"second"`), time.Minute); err != nil {
+		t.Fatalf("new holder's write: %v", err)
+	}
+	if b, _, _ := d.GetDoc(c, "episode", "e1"); string(b) != `"second"` {
+		t.Fatalf("new holder's write not stored: %s", b)
+	}
+	_ = second.Unlock(c)
+}

@@ -36,6 +36,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Elector", func(t *testing.T) { testElector(t, elector(t, newStore(t))) })
 	t.Run("Campaign", func(t *testing.T) { testCampaign(t, elector(t, newStore(t))) })
 	t.Run("CampaignStalled", func(t *testing.T) { testCampaignStalled(t, elector(t, newStore(t))) })
+	t.Run("Docs", func(t *testing.T) { testDocs(t, docs(t, newStore(t))) })
+	t.Run("DocsFenced", func(t *testing.T) { testDocsFenced(t, newStore(t)) })
 }
 
 func ctx(t *testing.T) context.Context {
