@@ -107,9 +107,6 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 	}
 	job := api.Job{JobID: uuid.NewString(), SandboxID: id, Command: p.Command, Status: api.JobQueued, CreatedAt: m.unix(),
 		TimeoutSeconds: p.TimeoutSeconds, Runner: m.cfg.ReplicaID}
-	if err := m.st.CreateJob(ctx, job); err != nil {
-		return api.Job{}, err
-	}
 	// The job runs in this process, so a waiting exec learns its end from
 	// the runner directly rather than through the store's events.
 	done := make(chan api.Job, 1)
@@ -120,8 +117,17 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 	}
 	m.jobs[id][job.JobID] = cancel
 	m.mu.Unlock()
+	// The runner takes the sandbox's lock while the job is being stored:
+	// with a network store that saves a round trip on every exec. It
+	// starts the command only once the job is stored.
+	created := make(chan error, 1)
 	m.bg.Add(1)
-	go m.runJob(jctx, cancel, rec, job, p, done)
+	go m.runJob(jctx, cancel, rec, job, p, created, done)
+	if err := m.st.CreateJob(ctx, job); err != nil {
+		created <- err
+		return api.Job{}, err
+	}
+	created <- nil
 	if !p.Wait {
 		return job, nil
 	}
@@ -230,7 +236,10 @@ func (o *output) snapshot() (stdout, stderr string, dirty bool) {
 // on every short exec (it matters with Redis). started_at is exact either way.
 const runningMarkDelay = 50 * time.Millisecond
 
-func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, rec store.Sandbox, job api.Job, p ExecParams, done chan<- api.Job) {
+// runJob runs job once created says it is stored (nil); an error on
+// created means it was not, and the runner leaves without a trace.
+func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, rec store.Sandbox, job api.Job, p ExecParams,
+	created <-chan error, done chan<- api.Job) {
 	defer m.bg.Done()
 	defer cancel(nil)
 	defer func() {
@@ -245,6 +254,12 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 	publish := func() { _ = m.st.Publish(bg, store.JobTopic(job.JobID)) }
 
 	h, err := m.lock(ctx, rec.ID, func(err error) { cancel(err) })
+	if cerr := <-created; cerr != nil {
+		if err == nil {
+			h.unlock()
+		}
+		return
+	}
 	if err != nil {
 		done <- m.finishJob(held{}, job.JobID, m.unix(), nil, "", "", err, p.TimeoutSeconds)
 		publish()

@@ -90,6 +90,7 @@ type Store struct {
 	prefix string
 	log    *slog.Logger
 	sub    *subscriber
+	recent recentValues // last written values of records, for casUpdate
 }
 
 var (
@@ -274,6 +275,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) error {
 	if created == 0 {
 		return store.ErrSandboxExists(sb.ID)
 	}
+	s.recent.put(s.sandboxKey(sb.ID), b)
 	return nil
 }
 
@@ -317,9 +319,10 @@ func decodeSandbox(b []byte) (store.Sandbox, error) {
 	return sb, nil
 }
 
-// UpdateSandbox implements store.Store with WATCH/MULTI: fn may run more
-// than once when another replica writes the record concurrently, each time
-// on a fresh copy, and only its last result is stored.
+// UpdateSandbox implements store.Store with a compare-and-set (casUpdate):
+// fn may run more than once when another replica writes the record
+// concurrently, each time on a fresh copy, and only its last result is
+// stored.
 func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
 	return s.updateSandbox(ctx, nil, id, fn)
 }
@@ -334,40 +337,22 @@ func (s *Store) UpdateSandboxFenced(ctx context.Context, l store.Lease, id strin
 }
 
 func (s *Store) updateSandbox(ctx context.Context, l *lease, id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
-	key := s.sandboxKey(id)
 	var out store.Sandbox
-	body := func(tx *goredis.Tx) error {
-		if err := s.checkLease(ctx, tx, l); err != nil {
-			return err
-		}
-		b, err := tx.Get(ctx, key).Bytes()
-		if errors.Is(err, goredis.Nil) {
-			return abortError{store.ErrSandboxNotFound(id)}
-		}
-		if err != nil {
-			return err
-		}
-		sb, err := decodeSandbox(b)
-		if err != nil {
-			return abortError{fmt.Errorf("decode sandbox %s: %w", id, err)}
-		}
-		if err := fn(&sb); err != nil {
-			return abortError{err}
-		}
-		sb.ID = id
-		if b, err = json.Marshal(sb); err != nil {
-			return abortError{err}
-		}
-		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			p.Set(ctx, key, b, 0)
-			return nil
-		}); err != nil {
-			return err
-		}
-		out = sb
-		return nil
-	}
-	if err := s.update(ctx, body, s.watched(l, key)...); err != nil {
+	err := s.casUpdate(ctx, l, s.sandboxKey(id), func() error { return store.ErrSandboxNotFound(id) },
+		func(old []byte) ([]byte, time.Duration, error) {
+			sb, err := decodeSandbox(old)
+			if err != nil {
+				return nil, 0, fmt.Errorf("decode sandbox %s: %w", id, err)
+			}
+			if err := fn(&sb); err != nil {
+				return nil, 0, err
+			}
+			sb.ID = id
+			out = sb
+			b, err := json.Marshal(sb)
+			return b, 0, err
+		})
+	if err != nil {
 		return store.Sandbox{}, err
 	}
 	return out, nil
@@ -375,6 +360,7 @@ func (s *Store) updateSandbox(ctx context.Context, l *lease, id string, fn func(
 
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	s.recent.forget(s.sandboxKey(id))
 	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.Del(ctx, s.sandboxKey(id))
 		p.SRem(ctx, s.sandboxesKey(), id)
@@ -467,6 +453,7 @@ func (s *Store) CreateJob(ctx context.Context, j api.Job) error {
 	if err != nil {
 		return s.fail(ctx, err)
 	}
+	s.recent.put(s.jobKey(j.JobID), b)
 	return nil
 }
 
@@ -503,40 +490,22 @@ func (s *Store) UpdateJobFenced(ctx context.Context, l store.Lease, id string, f
 }
 
 func (s *Store) updateJob(ctx context.Context, l *lease, id string, fn func(*api.Job) error) (api.Job, error) {
-	key := s.jobKey(id)
 	var out api.Job
-	body := func(tx *goredis.Tx) error {
-		if err := s.checkLease(ctx, tx, l); err != nil {
-			return err
-		}
-		b, err := tx.Get(ctx, key).Bytes()
-		if errors.Is(err, goredis.Nil) {
-			return abortError{store.ErrJobNotFound(id)}
-		}
-		if err != nil {
-			return err
-		}
-		var j api.Job
-		if err := json.Unmarshal(b, &j); err != nil {
-			return abortError{fmt.Errorf("decode job %s: %w", id, err)}
-		}
-		if err := fn(&j); err != nil {
-			return abortError{err}
-		}
-		j.JobID = id
-		if b, err = json.Marshal(j); err != nil {
-			return abortError{err}
-		}
-		if _, err := tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			p.Set(ctx, key, b, jobExpiry(&j))
-			return nil
-		}); err != nil {
-			return err
-		}
-		out = j
-		return nil
-	}
-	if err := s.update(ctx, body, s.watched(l, key)...); err != nil {
+	err := s.casUpdate(ctx, l, s.jobKey(id), func() error { return store.ErrJobNotFound(id) },
+		func(old []byte) ([]byte, time.Duration, error) {
+			var j api.Job
+			if err := json.Unmarshal(old, &j); err != nil {
+				return nil, 0, fmt.Errorf("decode job %s: %w", id, err)
+			}
+			if err := fn(&j); err != nil {
+				return nil, 0, err
+			}
+			j.JobID = id
+			out = j
+			b, err := json.Marshal(j)
+			return b, jobExpiry(&j), err
+		})
+	if err != nil {
 		return api.Job{}, err
 	}
 	return out, nil
@@ -544,6 +513,7 @@ func (s *Store) updateJob(ctx context.Context, l *lease, id string, fn func(*api
 
 // DeleteJob implements store.Store.
 func (s *Store) DeleteJob(ctx context.Context, id string) error {
+	s.recent.forget(s.jobKey(id))
 	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.Del(ctx, s.jobKey(id))
 		p.SRem(ctx, s.jobsKey(), id)
