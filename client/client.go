@@ -161,6 +161,11 @@ type call struct {
 	query        url.Values
 	body         any // JSON-encoded when not nil
 	out          any // JSON-decoded from a 2xx body when not nil
+	// rawBody is sent as is, with contentType, when body is nil.
+	rawBody     []byte
+	contentType string
+	// rawOut receives a 2xx body undecoded (exports, images).
+	rawOut *[]byte
 	// idempotent calls are retried on retryable failures.
 	idempotent bool
 	// longPoll is how long the server may block before answering: added
@@ -178,6 +183,8 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "encode request body")
 		}
 		body = b
+	} else if cl.rawBody != nil {
+		body = cl.rawBody
 	}
 	rid := requestID()
 	attempts := max(c.retry.Attempts, 1)
@@ -233,9 +240,15 @@ func (c *Client) attempt(ctx context.Context, cl call, body []byte, rid string) 
 			fmt.Sprintf("invalid server URL %q", c.base))
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct := "application/json"
+		if cl.body == nil && cl.contentType != "" {
+			ct = cl.contentType
+		}
+		req.Header.Set("Content-Type", ct)
 	}
-	req.Header.Set("Accept", "application/json")
+	if cl.rawOut == nil {
+		req.Header.Set("Accept", "application/json")
+	}
 	req.Header.Set("User-Agent", c.ua)
 	req.Header.Set("X-Request-ID", rid)
 	if c.key != "" {
@@ -261,6 +274,10 @@ func (c *Client) attempt(ctx context.Context, cl call, body []byte, rid string) 
 	if int64(len(data)) > limit {
 		return 0, faults.Newf(faults.CodeResponseTooLarge, faults.TooLarge, faults.Client,
 			"%s %s: response exceeds %d bytes", cl.method, cl.path, limit)
+	}
+	if cl.rawOut != nil {
+		*cl.rawOut = data
+		return 0, nil
 	}
 	if cl.out == nil {
 		return 0, nil

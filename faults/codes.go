@@ -209,3 +209,18 @@ const (
 	// CodeRecordingNotFound: no recording (or no such step of one) has the id.
 	CodeRecordingNotFound = "recording.not_found"
 )
+
+// Policies the batch runner drives: the agent under test, not the
+// environment, so none of these ends an episode env_error.
+const (
+	// CodePolicyEndpointFailed: a policy served at a URL could not be
+	// reached, timed out or answered 5xx after its retries.
+	CodePolicyEndpointFailed = "policy.endpoint_failed"
+	// CodePolicyBadResponse: a policy endpoint answered, but not with an
+	// action (a 4xx, a body that is not JSON, no "action" object).
+	CodePolicyBadResponse = "policy.bad_response"
+	// CodePolicyNoScript: the scripted policy has no script for the task.
+	CodePolicyNoScript = "policy.no_script"
+	// CodePolicyFailed: a policy returned an error it did not classify.
+	CodePolicyFailed = "policy.failed"
+)

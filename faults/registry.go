@@ -153,6 +153,13 @@ var registry = []CodeInfo{
 	{CodeEgressUnavailable, Unavailable, Network, true, true, "The sandbox's egress tunnel to the server is down."},
 	{CodeEgressDenied, PermissionDenied, Policy, false, false, "The host is not on the sandbox's egress allow-list."},
 	{CodeEgressPrivate, PermissionDenied, Policy, false, false, "The host resolves to a loopback, link-local or private address, which sandboxes may not reach."},
+
+	// Policies the batch runner drives: the agent under test, so never env_error.
+	{CodePolicyEndpointFailed, Unavailable, Policy, true, false, "A policy served at a URL could not be reached, timed out or answered 5xx after its retries; " +
+		"the policy's failure, not the environment's, so the episode is not re-queued."},
+	{CodePolicyBadResponse, InvalidRequest, Policy, false, false, "A policy endpoint answered with something other than an action (a 4xx, not JSON, no action object)."},
+	{CodePolicyNoScript, NotFound, Policy, false, false, "The scripted policy has no script for the task."},
+	{CodePolicyFailed, Internal, Policy, false, false, "A policy returned an error it did not classify."},
 }
 
 // index maps each code to its entry in registry.
