@@ -52,7 +52,9 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(getenv), versionCmd())
+	demo := demoCmd(getenv)
+	wrapErrors(demo)
+	root.AddCommand(serveCmd(getenv), versionCmd(), demo)
 	addClientCommands(root, getenv)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

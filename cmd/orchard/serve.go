@@ -92,39 +92,79 @@ func apiKeys(cfg Config, out io.Writer) ([]string, error) {
 }
 
 func serve(ctx context.Context, cfg Config, out io.Writer) error {
+	srv, err := startServer(ctx, cfg, out)
+	if err != nil {
+		return err
+	}
+	return srv.wait()
+}
+
+// instance is a started Orchard server: its address, its keys, and what
+// runs it.
+type instance struct {
+	URL  string
+	Keys []string
+	g    *errgroup.Group
+	// closers release what the server was built on, last first, once it
+	// has stopped.
+	closers []func()
+}
+
+// wait blocks until the server has stopped (its context ended and
+// shutdown finished) and releases what it held.
+func (s *instance) wait() error {
+	err := s.g.Wait()
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	return err
+}
+
+// startServer builds the server of cfg (local runtime, the configured
+// store) and starts serving; it stops when ctx ends. The caller waits for
+// it with wait.
+func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, err error) {
+	s := &instance{}
+	defer func() {
+		if err != nil {
+			for i := len(s.closers) - 1; i >= 0; i-- {
+				s.closers[i]()
+			}
+		}
+	}()
 	log := newLogger(cfg, os.Stderr)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
+		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	keys, err := apiKeys(cfg, out)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cfg.Server.APIKeys = keys
+	cfg.Server.APIKeys, s.Keys = keys, keys
 	agentPath, err := agentbin.Resolve(filepath.Join(cfg.StateDir, "bin"), cfg.AgentPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rt, err := local.New(local.Config{StateDir: filepath.Join(cfg.StateDir, "runtime"), AgentPath: agentPath, Logger: log})
 	if err != nil {
-		return fmt.Errorf("local runtime: %w", err)
+		return nil, fmt.Errorf("local runtime: %w", err)
 	}
-	defer rt.Close()
+	s.closers = append(s.closers, func() { _ = rt.Close() })
 	st, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer closeStore()
+	s.closers = append(s.closers, closeStore)
 	sites, err := newSiteHealth(cfg, st, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.Server.SiteHealth = sites
 	hub, err := newEgressHub(cfg, sites, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer hub.Close()
+	s.closers = append(s.closers, hub.Close)
 	cfg.Manager.Egress = hub
 	cfg.Server.RecordingsDir = filepath.Join(cfg.StateDir, "recordings")
 	if u := os.Getenv("JUDGE_URL"); u != "" {
@@ -147,8 +187,9 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
+	s.URL = "http://" + ln.Addr().String()
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -164,6 +205,7 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	s.g = g
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -184,7 +226,7 @@ func serve(ctx context.Context, cfg Config, out io.Writer) error {
 		}
 		return nil
 	})
-	return g.Wait()
+	return s, nil
 }
 
 // openStore opens the configured store: the only place that names the

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orchard/orchard/recordings"
+	"github.com/orchard/orchard/sites"
+)
+
+func demoCmd(getenv func(string) string) *cobra.Command {
+	var (
+		n   int
+		out string
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the bundled tasks on an embedded server and export their replays",
+		Long: `Start a server in this process (local runtime, memory store, temporary
+state; needs root and Chromium), run the first --tasks tasks of the bundled
+suite with their scripts, two at a time, recording every step, and export
+each episode's replay into --out: a self-contained HTML page and a GIF.
+Prints the summary and the paths of the replays.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n < 1 {
+				return fmt.Errorf("--tasks must be at least 1")
+			}
+			ctx := cmd.Context()
+			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			emb, err := startEmbedded(ctx, getenv, stderr)
+			if err != nil {
+				return err
+			}
+			defer emb.stop(stderr)
+			o := runOptions{policy: "scripted", concurrency: 2, limit: n, record: true, attempts: 2, requeue: n}
+			s, err := runSummary(ctx, emb.client, sites.SuiteName, o, stderr)
+			if s == nil {
+				return err
+			}
+			if werr := s.WriteTable(stdout); werr != nil && err == nil {
+				err = werr
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "\nReplays in %s:\n", out)
+			for _, t := range s.Tasks {
+				if t.RecordingID == "" {
+					continue
+				}
+				for _, format := range []string{recordings.FormatHTML, recordings.FormatGIF} {
+					data, err := emb.client.ExportRecording(ctx, t.RecordingID, format)
+					if err != nil {
+						return fmt.Errorf("export %s as %s: %w", t.TaskID, format, err)
+					}
+					path := filepath.Join(out, fileName(t.TaskID)+"."+format)
+					if err := os.WriteFile(path, data, 0o644); err != nil {
+						return err
+					}
+					fmt.Fprintf(stdout, "  %s\n", path)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&n, "tasks", 6, "how many bundled tasks to run")
+	f.StringVar(&out, "out", "orchard-demo", "directory for the replays")
+	return cmd
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// fileName makes a task id safe as a file name.
+func fileName(id string) string { return unsafeName.ReplaceAllString(id, "_") }

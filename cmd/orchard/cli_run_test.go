@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/gif"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/runner"
+)
+
+// tinyTask is a task file of one task: a page written into the sandbox.
+const tinyTask = `{"id":"tiny","question":"What is the secret word?","start_url":"file:///workspace/tiny.html",` +
+	`"setup":{"files":[{"path":"/workspace/tiny.html","content":"<html><title>Tiny</title><p id=w>orchard</p></html>"}],"sandbox":{"block_network":true}},` +
+	`"eval":{"type":"answer_match","references":["orchard"]}}
+`
+
+// `orchard run --in-process` starts its own server, uploads the task file,
+// runs it with the scripts given, prints the table and writes the JSON.
+func TestRunInProcess(t *testing.T) {
+	testenv.RequireChromium(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tiny.jsonl")
+	scripts := filepath.Join(dir, "scripts.json")
+	out := filepath.Join(dir, "summary.json")
+	if err := os.WriteFile(file, []byte(tinyTask), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(scripts, []byte(`{"tiny":[{"type":"answer","text":"orchard"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{t: t, env: map[string]string{"ORCHARD_AGENT": testenv.AgentBinary(t)}}
+	stdout, stderr, err := c.run("", "run", file, "--in-process", "--policy", "scripted", "--scripts", scripts, "--json", out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "tiny  success  1") || !strings.Contains(stdout, "success rate 100.0%") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "embedded server on http://127.0.0.1:") || !strings.Contains(stderr, "1/1 done: 1 success") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	var s runner.Summary
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &s); err != nil || s.Success != 1 || len(s.Tasks) != 1 || s.Tasks[0].TaskID != "tiny" {
+		t.Errorf("summary JSON: %v\n%s", err, b)
+	}
+}
+
+// `orchard run` against a server: the bundled suite, a suite name the
+// server does not have, and a bad policy.
+func TestRunAgainstServer(t *testing.T) {
+	testenv.RequireChromium(t)
+	c := newCLI(t)
+	stdout := c.mustRun("run", "bundled", "--concurrency", "1")
+	if !strings.Contains(stdout, "success rate 100.0%") {
+		t.Errorf("bundled run:\n%s", stdout)
+	}
+	// Once loaded, the bundled suite runs by name like any other.
+	if _, stderr, err := c.run("", "run", "nope"); err == nil || !strings.Contains(err.Error(), `suite "nope" is not loaded`) {
+		t.Errorf("unknown suite: %v %s", err, stderr)
+	}
+	if _, _, err := c.run("", "run", "bundled", "--policy", "smart"); err == nil || !strings.Contains(err.Error(), "--policy") {
+		t.Errorf("bad policy: %v", err)
+	}
+}
+
+// `orchard demo` runs the bundled tasks on its own server and leaves an
+// HTML replay with the screenshots inlined, and a GIF, per task.
+func TestDemo(t *testing.T) {
+	testenv.RequireChromium(t)
+	dir := filepath.Join(t.TempDir(), "demo")
+	c := &cli{t: t, env: map[string]string{"ORCHARD_AGENT": testenv.AgentBinary(t)}}
+	stdout, stderr, err := c.run("", "demo", "--tasks", "1", "--out", dir)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stderr)
+	}
+	html := filepath.Join(dir, "greenhouse-ferns.html")
+	if !strings.Contains(stdout, html) || !strings.Contains(stdout, "success rate 100.0%") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	page, err := os.ReadFile(html)
+	if err != nil || !bytes.Contains(page, []byte(`src="data:image/`)) {
+		t.Errorf("replay %s: %v, embeds an image: %v", html, err, bytes.Contains(page, []byte("data:image/")))
+	}
+	g, err := os.ReadFile(filepath.Join(dir, "greenhouse-ferns.gif"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if anim, err := gif.DecodeAll(bytes.NewReader(g)); err != nil || len(anim.Image) < 2 {
+		t.Errorf("gif: %v", err)
+	}
+}
