@@ -226,6 +226,9 @@ func ended(caller, ctx context.Context, n int, last error) (Outcome, error) {
 
 // attempt runs attempt n under its own timeout, within ctx.
 func attempt[T any](ctx context.Context, p Policy, n int, fn func(context.Context, int) (T, error)) (T, time.Duration, error) {
+	// Started before the deadline is set, so an attempt that ran out its
+	// time measures at least PerAttempt.
+	start := time.Now()
 	actx := ctx
 	if p.PerAttempt > 0 {
 		var cancel context.CancelFunc
@@ -233,7 +236,6 @@ func attempt[T any](ctx context.Context, p Policy, n int, fn func(context.Contex
 			faults.Newf(faults.CodeTimeout, faults.Timeout, faults.Platform, "attempt %d timed out after %s", n, p.PerAttempt))
 		defer cancel()
 	}
-	start := time.Now()
 	v, err := fn(actx, n)
 	took := time.Since(start)
 	// An attempt cut short by a deadline usually returns a bare context
