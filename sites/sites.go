@@ -1,67 +1,105 @@
-// Package sites is the bundled task suite: offline sites written into the
-// sandbox by each task's setup, with a script that solves every task.
-//
-// PLACEHOLDER, to be replaced: this file stands in for the real bundled
-// suite, which is built in a separate change with the same API
-// (SuiteName, Suite, Script). It holds one task so that `orchard run
-// bundled` and `orchard demo` work and can be tested until then. Replace
-// the whole file when that change lands; nothing else depends on its
-// contents.
+// Package sites holds small offline websites — a shop, a wiki, a flight
+// search and a recipe collection — embedded in the binary and served by
+// one http.Handler, plus the bundled task suite over them with a scripted
+// reference policy for every task. Browser sandboxes without network
+// access reach them through `orchard-agent sites`, which a task's setup
+// starts inside the sandbox.
 package sites
 
 import (
+	"bytes"
+	"embed"
 	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
 
 	"github.com/orchard/orchard/tasks"
 )
 
-// SuiteName is the name the bundled suite is loaded under.
+// SuiteName is the name of the bundled suite.
 const SuiteName = "bundled"
 
-// counterPage is an offline page: a field, a button, and a count.
-const counterPage = `<!doctype html><html><head><title>Greenhouse</title>
-<style>body{font:16px sans-serif;margin:24px}input,button{font-size:16px;padding:4px 8px}</style></head>
-<body><h1>Greenhouse inventory</h1>
-<label>Plant <input id="q" placeholder="search plants"></label>
-<button id="go" onclick="var q=document.getElementById('q').value.trim().toLowerCase();
-document.getElementById('r').textContent=(q==='fern'?'4 ferns in stock':'0 '+q+' in stock')">Search</button>
-<p id="r">Type a plant and press Search.</p></body></html>`
+// Header is set on every answer of Handler, so a caller can tell the
+// sites from another server on the same address.
+const Header = "X-Orchard-Sites"
 
-// Suite returns the bundled tasks.
+//go:embed web
+var webFS embed.FS
+
+//go:embed suite.jsonl
+var suiteJSONL []byte
+
+//go:embed scripts.json
+var scriptsJSON []byte
+
+// Handler serves the sites: /shop/, /wiki/, /travel/, /recipes/ and an
+// index at /. Directories without an index page are not listed.
+func Handler() http.Handler {
+	root, err := fs.Sub(webFS, "web")
+	if err != nil {
+		panic(err) // the embedded tree always has web/
+	}
+	files := http.FileServerFS(root)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(Header, "1")
+		// The sites are tiny and change with the binary; a cached copy
+		// from an older agent must never be shown.
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		p := path.Clean("/" + r.URL.Path)
+		if strings.HasSuffix(r.URL.Path, "/") && p != "/" {
+			p += "/"
+		}
+		if strings.HasSuffix(p, "/") {
+			if _, err := fs.Stat(root, strings.TrimPrefix(p, "/")+"index.html"); err != nil {
+				http.NotFound(w, r)
+				return
+			}
+		}
+		files.ServeHTTP(w, r)
+	})
+}
+
+// Suite parses the bundled suite. Every task starts the sites in its
+// sandbox and runs with the network blocked.
 func Suite() ([]tasks.Task, error) {
-	return []tasks.Task{{
-		ID:       "greenhouse-ferns",
-		Suite:    SuiteName,
-		Source:   tasks.SourceOrchard,
-		StartURL: "file:///workspace/site/index.html",
-		Question: "How many ferns are in stock at the greenhouse?",
-		MaxSteps: 8,
-		Setup: &tasks.Setup{
-			Files:   []tasks.File{{Path: "/workspace/site/index.html", Content: counterPage}},
-			Sandbox: json.RawMessage(`{"block_network":true,"browser":{"viewport":{"width":800,"height":600}}}`),
-		},
-		Eval: &tasks.Eval{Type: tasks.EvalAnswerMatch, Mode: tasks.ModeNumeric, References: []string{"4"}},
-	}}, nil
+	ts, err := tasks.Parse(bytes.NewReader(suiteJSONL), "suite.jsonl")
+	if err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		ts[i].Suite = SuiteName
+	}
+	return ts, nil
 }
 
-var scripts = map[string][]string{
-	"greenhouse-ferns": {
-		`{"type":"click","selector":"#q"}`,
-		`{"type":"type","text":"fern"}`,
-		`{"type":"click","selector":"#go"}`,
-		`{"type":"answer","text":"4 ferns"}`,
-	},
-}
+// SuiteJSONL is the bundled suite file, as POST /tasks takes it.
+func SuiteJSONL() []byte { return bytes.Clone(suiteJSONL) }
 
-// Script returns the actions that solve a bundled task.
+// Script returns the reference policy of a bundled task: its actions in
+// order, each one action object as POST /episodes/{id}/step takes it, the
+// last an answer when the task's eval reads one.
 func Script(taskID string) ([]json.RawMessage, bool) {
-	s, ok := scripts[taskID]
-	if !ok {
+	all, err := scripts()
+	if err != nil {
 		return nil, false
 	}
-	out := make([]json.RawMessage, len(s))
-	for i, a := range s {
-		out[i] = json.RawMessage(a)
+	s, ok := all[taskID]
+	return s, ok
+}
+
+// scripts decodes scripts.json; a unit test keeps it decodable.
+func scripts() (map[string][]json.RawMessage, error) {
+	var all map[string][]json.RawMessage
+	if err := json.Unmarshal(scriptsJSON, &all); err != nil {
+		return nil, fmt.Errorf("sites: scripts.json: %w", err)
 	}
-	return out, true
+	return all, nil
 }
