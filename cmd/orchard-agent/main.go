@@ -1,6 +1,8 @@
 // Command orchard-agent is the in-sandbox agent: it runs as the sandbox's
 // PID 1 and serves the agent protocol (exec, PTY, files, patches) over HTTP
-// on a unix socket that the server reaches from the host.
+// on a unix socket that the server reaches from the host. Its subcommands
+// run the sandbox's daemons: the browser, the desktop, and the offline
+// sites that bundled tasks browse (`orchard-agent sites`).
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/sites"
 )
 
 func main() {
@@ -25,6 +28,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "browser" {
 		run = func() error { return agent.BrowserMain(ctx, os.Args[2:]) }
+	}
+	if len(os.Args) > 1 && os.Args[1] == "sites" {
+		run = func() error { return agent.SitesMain(ctx, os.Args[2:], sites.Handler(), sites.Header) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "orchard-agent:", err)
