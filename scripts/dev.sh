@@ -64,6 +64,14 @@ case "$cmd" in
       exit 1
     fi
     exec bin/orchard serve "$@" ;;
+  demo)
+    install_packages
+    build
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "orchard demo creates containers (namespaces, cgroups, overlays) and needs root: run with sudo" >&2
+      exit 1
+    fi
+    exec bin/orchard demo "$@" ;;
   test)
     install_packages
     build
@@ -74,6 +82,6 @@ case "$cmd" in
     go test -race -count=1 -timeout 25m -tags seccomp "$@" ./...
     scripts/leakcheck.sh ;;
   *)
-    echo "usage: scripts/dev.sh serve|test|build" >&2
+    echo "usage: scripts/dev.sh serve|demo|test|build" >&2
     exit 2 ;;
 esac

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/sites"
+	"github.com/orchard/orchard/tasks"
 )
 
 func demoCmd(getenv func(string) string) *cobra.Command {
@@ -37,7 +38,11 @@ Prints the summary and the paths of the replays.`,
 				return err
 			}
 			defer emb.stop(stderr)
-			o := runOptions{policy: "scripted", concurrency: 2, limit: n, record: true, attempts: 2, requeue: n}
+			suite, err := sites.Suite()
+			if err != nil {
+				return err
+			}
+			o := runOptions{policy: "scripted", concurrency: 2, taskIDs: spread(suite, n), record: true, attempts: 2, requeue: n}
 			s, err := runSummary(ctx, emb.client, sites.SuiteName, o, stderr)
 			if s == nil {
 				return err
@@ -81,3 +86,14 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // fileName makes a task id safe as a file name.
 func fileName(id string) string { return unsafeName.ReplaceAllString(id, "_") }
+
+// spread picks n task ids evenly over the suite, so a short demo shows each
+// of the sites rather than the first one's tasks only.
+func spread(ts []tasks.Task, n int) []string {
+	n = min(n, len(ts))
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = ts[i*len(ts)/n].ID
+	}
+	return ids
+}
