@@ -11,6 +11,7 @@ import (
 
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/runner"
+	"github.com/orchard/orchard/sites"
 )
 
 // tinyTask is a task file of one task: a page written into the sandbox.
@@ -56,8 +57,8 @@ func TestRunInProcess(t *testing.T) {
 func TestRunAgainstServer(t *testing.T) {
 	testenv.RequireChromium(t)
 	c := newCLI(t)
-	stdout := c.mustRun("run", "bundled", "--concurrency", "1")
-	if !strings.Contains(stdout, "success rate 100.0%") {
+	stdout := c.mustRun("run", "bundled", "--concurrency", "2", "--limit", "3")
+	if !strings.Contains(stdout, "3 tasks: 3 success") || !strings.Contains(stdout, "success rate 100.0%") {
 		t.Errorf("bundled run:\n%s", stdout)
 	}
 	// Once loaded, the bundled suite runs by name like any other.
@@ -79,7 +80,12 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, stderr)
 	}
-	html := filepath.Join(dir, "greenhouse-ferns.html")
+	suite, err := sites.Suite()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := suite[0].ID
+	html := filepath.Join(dir, first+".html")
 	if !strings.Contains(stdout, html) || !strings.Contains(stdout, "success rate 100.0%") {
 		t.Errorf("stdout:\n%s", stdout)
 	}
@@ -87,7 +93,7 @@ func TestDemo(t *testing.T) {
 	if err != nil || !bytes.Contains(page, []byte(`src="data:image/`)) {
 		t.Errorf("replay %s: %v, embeds an image: %v", html, err, bytes.Contains(page, []byte("data:image/")))
 	}
-	g, err := os.ReadFile(filepath.Join(dir, "greenhouse-ferns.gif"))
+	g, err := os.ReadFile(filepath.Join(dir, first+".gif"))
 	if err != nil {
 		t.Fatal(err)
 	}
