@@ -462,8 +462,21 @@ func (s *Server) setupTask(ctx context.Context, id string, st *tasks.Setup) erro
 	}
 	for _, cmd := range st.Exec {
 		job, err := s.mgr.Exec(ctx, id, manager.ExecParams{Command: cmd, TimeoutSeconds: 120, Wait: true})
+		if err == nil && job.Fault != nil && isEnvFault(&faults.Info{Category: faults.Category(job.Fault.Category),
+			Source: faults.Source(job.Fault.Source), Code: job.Fault.Code}) {
+			// The sandbox failed under the command (its agent died, it ran
+			// out of memory): the environment's fault, not the task's.
+			err = faults.FromInfo(faults.Info{Category: faults.Category(job.Fault.Category), Source: faults.Source(job.Fault.Source),
+				Code: job.Fault.Code, Message: job.Fault.Message, Retryable: job.Fault.Retryable}, 0)
+		}
 		if err != nil {
+			if f := faults.Of(err); f.Source != faults.Client && f.Source != faults.Task {
+				return err
+			}
 			return fail("%q: %s", cmd, faults.Of(err).Message)
+		}
+		if d := s.mgr.DeathFault(ctx, id); d != nil && job.Status != api.JobSucceeded {
+			return d
 		}
 		if job.Status != api.JobSucceeded {
 			code := -1
