@@ -12,7 +12,7 @@ import (
 
 // bundled loads the bundled suite on the server, as orchard run does, and
 // returns its tasks.
-func bundled(t *testing.T, c *client.Client) []tasks.Task {
+func bundled(t testing.TB, c *client.Client) []tasks.Task {
 	t.Helper()
 	if _, err := c.LoadTasks(context.Background(), sites.SuiteName, "suite.jsonl", sites.SuiteJSONL()); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func shopScripts(id string) ([]json.RawMessage, bool) {
 // runTimeout bounds one run of the tests.
 const runTimeout = 4 * time.Minute
 
-func start(t *testing.T) *client.Client {
+func start(t testing.TB) *client.Client {
 	t.Helper()
 	testenv.RequireChromium(t)
 	srv := testserver.Start(t, testserver.Options{})
