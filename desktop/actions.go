@@ -715,7 +715,12 @@ type Response struct {
 	OK          bool         `json:"ok"`
 	Results     []Result     `json:"results"`
 	Observation *Observation `json:"observation,omitempty"`
-	Timing      Timing       `json:"timing"`
+	// Faults are those the session recovered from since the previous
+	// response (a window manager or X server that died and was
+	// restarted): the actions did not fail for them, but what is on the
+	// screen may have changed.
+	Faults []FaultInfo `json:"faults,omitempty"`
+	Timing Timing      `json:"timing"`
 }
 
 // Run runs req's actions (see Do) and then, when asked, observes.
@@ -749,6 +754,11 @@ func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 			obs.Cursor.X, obs.Cursor.Y = f.FromScreen(p)
 		}
 		resp.Observation = &obs
+	}
+	if err == nil {
+		// Taken only for a response that is delivered: an error is
+		// answered with its envelope instead.
+		resp.Faults = s.takeFaults()
 	}
 	resp.Timing.TotalMS = msSince(start)
 	return resp, err

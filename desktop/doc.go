@@ -4,10 +4,15 @@
 // through MIT-SHM.
 //
 // Start launches the display and keeps it alive: when the X server or the
-// window manager dies, a supervisor restarts it, and an X server death is
-// recorded as a desktop.x_server_died fault (Err, LastFault); the next
-// operation reconnects. Close kills every process the session started,
-// and their descendants.
+// window manager dies, a supervisor restarts it and records the death as a
+// classified fault, which LastFault and the next actions response report.
+// An X server death is desktop.x_server_died: Err returns it while the
+// server is down, and the next operation waits for the restart and
+// reconnects. A window manager death is desktop.wm_died and fails nothing,
+// as input and capture need no window manager; after wmRestartLimit deaths
+// in a row, each soon after its start, the fault says the window manager
+// is down for good and the session runs on without one. Close kills every
+// process the session started, and their descendants.
 //
 // Input and capture talk X11 directly over the display's socket (the
 // pure-Go jezek/xgb), without xdotool or ImageMagick: a click with its

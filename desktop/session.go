@@ -134,12 +134,34 @@ const (
 	AppChromium = "chromium"
 )
 
-// Fault is a classified failure the session recovered from or ended on,
-// and when it happened.
+// Fault is a classified failure the session recovered from or ended on
+// (the X server or the window manager died), and when it happened.
 type Fault struct {
 	Err *faults.Error
 	At  time.Time
+	// Restarts counts the session's restarts of the dead process in a
+	// run of deaths that each came soon after its start (stableAfter),
+	// the one this death brings included: 1 for a one-off death. When the
+	// session gave up (Err says so), it is the restarts made.
+	Restarts int
 }
+
+// FaultInfo is the wire form of a Fault: its class and message (no
+// internal cause), when it happened and the restart count.
+type FaultInfo struct {
+	faults.Info
+	At       time.Time `json:"at"`
+	Restarts int       `json:"restarts,omitempty"`
+}
+
+// Info returns f's wire form.
+func (f Fault) Info() FaultInfo {
+	return FaultInfo{Info: f.Err.Info(), At: f.At, Restarts: f.Restarts}
+}
+
+// maxUnreported bounds the faults kept for the next actions response; a
+// crash loop is reported by its latest deaths.
+const maxUnreported = 8
 
 // Session is an X display (Xvfb) with a window manager and apps, and a
 // connection to it for input and capture. Its methods are safe for
@@ -165,7 +187,8 @@ type Session struct {
 	xStarted time.Time
 	xDeaths  int // the X server's deaths in a row, each young
 	wm       *proc
-	wmDeaths int // the window manager's deaths in a row, each young
+	wmDeaths int  // the window manager's deaths in a row, each young
+	wmGone   bool // restarts of the window manager gave up
 	apps     []*proc
 	ended    []*proc // processes that died, swept again by Close
 	seq      int     // numbers processes, for logs and markers
@@ -175,6 +198,7 @@ type Session struct {
 	failed   bool          // restarts gave up: down is final
 	closed   bool
 	last     *Fault
+	unseen   []Fault // faults no actions response has carried yet
 	frames   []Frame
 	frameSeq int64
 
@@ -224,7 +248,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if err := s.withX(ctx, "connect", 0, func(context.Context, *xconn) error { return nil }); err != nil {
 		return nil, err
 	}
-	s.startWM(ctx)
+	_ = s.startWM(ctx) // logged; the desktop works without one
 	if err := s.startApps(); err != nil {
 		return nil, err
 	}
@@ -304,6 +328,8 @@ func (s *Session) Size() (width, height int) { return s.width, s.height }
 // Err reports why the session cannot work right now: a
 // desktop.x_server_died fault while the X server is down (being
 // restarted, or given up on), the closed error after Close, nil otherwise.
+// A dead window manager is no reason: input and capture work without one
+// (LastFault reports its death).
 func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -317,7 +343,7 @@ func (s *Session) Err() error {
 }
 
 // LastFault returns the latest fault the session recorded (an X server
-// death), also after it recovered from it.
+// or window manager death), also after it recovered from it.
 func (s *Session) LastFault() (Fault, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,6 +351,55 @@ func (s *Session) LastFault() (Fault, bool) {
 		return Fault{}, false
 	}
 	return *s.last, true
+}
+
+// record makes f the last fault and queues it for the next actions
+// response. The caller holds s.mu.
+func (s *Session) record(f Fault) {
+	s.last = &f
+	if len(s.unseen) == maxUnreported {
+		s.unseen = slices.Delete(s.unseen, 0, 1)
+	}
+	s.unseen = append(s.unseen, f)
+}
+
+// takeFaults returns the faults recorded since it was last called, for an
+// actions response to report.
+func (s *Session) takeFaults() []FaultInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []FaultInfo
+	for _, f := range s.unseen {
+		out = append(out, f.Info())
+	}
+	s.unseen = nil
+	return out
+}
+
+// Window manager states, as WindowManager reports them.
+const (
+	WMRunning    = "running"
+	WMRestarting = "restarting"
+	WMDown       = "down"
+	WMNone       = "none"
+)
+
+// WindowManager reports the window manager's state: WMRunning,
+// WMRestarting (it died and is being started again, or the X server is),
+// WMDown (its restarts gave up; the session runs without one) or WMNone
+// (none was asked for or installed).
+func (s *Session) WindowManager() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.wmPath == "":
+		return WMNone
+	case s.wmGone:
+		return WMDown
+	case s.wm != nil && !s.wm.done():
+		return WMRunning
+	}
+	return WMRestarting
 }
 
 // env is the environment of the session's processes: ours without
@@ -437,10 +512,11 @@ func readDisplay(ctx context.Context, r *os.File) (int, error) {
 }
 
 // startWM starts the window manager, if any, and waits until it manages
-// the screen. Failures are warnings: the desktop works without one.
-func (s *Session) startWM(ctx context.Context) {
+// the screen. Failures are warnings: the desktop works without one. Its
+// error is the spawn's, which leaves the session without one.
+func (s *Session) startWM(ctx context.Context) error {
 	if s.wmPath == "" {
-		return
+		return nil
 	}
 	name := filepath.Base(s.wmPath)
 	var args []string
@@ -450,14 +526,15 @@ func (s *Session) startWM(ctx context.Context) {
 	p, err := s.spawn(name, s.wmPath, args, s.clientEnv(), nil)
 	if err != nil {
 		s.log.Warn("start window manager", "error", err)
-		return
+		return err
 	}
 	s.mu.Lock()
-	s.wm = p
+	s.wm, s.wmGone = p, false
 	s.mu.Unlock()
 	if err := s.waitWM(ctx, p); err != nil {
 		s.log.Warn("window manager not ready", "window_manager", name, "error", err)
 	}
+	return nil
 }
 
 // waitWM waits until a window manager announces itself on the root window
@@ -623,13 +700,14 @@ func (s *Session) supervise() {
 		case <-x.exited:
 			s.restartX(x)
 		case <-wmExited:
+			died := time.Now()
 			// The WM dies with the X server; let the X server's death,
 			// if that is what happened, be the one handled.
 			select {
 			case <-x.exited:
 				s.restartX(x)
 			case <-time.After(exitNoticeWait):
-				s.restartWM(wm)
+				s.restartWM(wm, died)
 			}
 		}
 	}
@@ -648,7 +726,11 @@ func (s *Session) noteXDied(x *proc) *faults.Error {
 		faults.CodeDesktopXDied, faults.Unavailable, faults.Desktop, "the X server died; it is being restarted")
 	s.down = fe
 	s.up = make(chan struct{})
-	s.last = &Fault{Err: fe, At: time.Now()}
+	if time.Since(s.xStarted) > stableAfter {
+		s.xDeaths = 0
+	}
+	s.xDeaths++
+	s.record(Fault{Err: fe, At: time.Now(), Restarts: s.xDeaths})
 	return fe
 }
 
@@ -666,11 +748,7 @@ func (s *Session) restartX(x *proc) {
 	}
 	s.ended = append(s.ended, apps...)
 	disp := s.display
-	if time.Since(s.xStarted) > stableAfter {
-		s.xDeaths = 0
-	}
-	s.xDeaths++
-	deaths := s.xDeaths
+	deaths := s.xDeaths // counted by noteXDied
 	s.mu.Unlock()
 	s.log.Warn("X server died; restarting it", "display", disp, "code", faults.CodeDesktopXDied, "error", fe)
 
@@ -682,17 +760,17 @@ func (s *Session) restartX(x *proc) {
 	}
 	reap(killed)
 
-	fail := func(err error) {
+	fail := func(restarts int, err error) {
 		gave := faults.Wrap(err, faults.CodeDesktopXDied, faults.Unavailable, faults.Desktop,
 			"the X server died and could not be restarted").WithRetryable(false)
 		s.mu.Lock()
 		s.failed, s.down = true, gave
-		s.last = &Fault{Err: gave, At: time.Now()}
+		s.record(Fault{Err: gave, At: time.Now(), Restarts: restarts})
 		s.mu.Unlock()
 		s.log.Error("X server restart failed; the desktop is unusable", "display", disp, "error", err)
 	}
 	if deaths > xRestartAttempts {
-		fail(fmt.Errorf("the X server died %d times in a row within %v of its start", deaths, stableAfter))
+		fail(deaths-1, fmt.Errorf("the X server died %d times in a row within %v of its start", deaths, stableAfter))
 		return
 	}
 	// The first restart is immediate, to take the display back before
@@ -715,7 +793,7 @@ func (s *Session) restartX(x *proc) {
 	})
 	if err != nil {
 		if s.ctx.Err() == nil {
-			fail(err)
+			fail(deaths, err)
 		}
 		return
 	}
@@ -723,34 +801,57 @@ func (s *Session) restartX(x *proc) {
 		s.log.Warn("X server restarted on another display", "display", d, "was", disp)
 	}
 	s.log.Info("X server restarted", "display", disp)
-	s.startWM(s.ctx)
+	_ = s.startWM(s.ctx) // logged; the desktop works without one
 	if err := s.startApps(); err != nil {
 		s.log.Warn("restart apps", "error", err)
 	}
 }
 
-// restartWM starts the window manager again after it died on its own,
-// giving up after wmRestartLimit deaths in a row that each came soon after
-// its start.
-func (s *Session) restartWM(wm *proc) {
+// restartWM records the death of the window manager wm, which died on
+// its own at died, as a desktop.wm_died fault and starts it again. After
+// wmRestartLimit deaths in a row that each came soon after its start, it
+// records the WM as down for good instead: the session runs on without
+// one, as input and capture need none.
+func (s *Session) restartWM(wm *proc, died time.Time) {
+	cause := fmt.Errorf("%s exited: %v; %s", wm.name, wm.err, wm.logTail())
 	s.mu.Lock()
 	s.wm = nil
 	s.ended = append(s.ended, wm)
-	if time.Since(wm.started) > stableAfter {
+	if died.Sub(wm.started) > stableAfter {
 		s.wmDeaths = 0
 	}
 	s.wmDeaths++
 	deaths := s.wmDeaths
+	if deaths <= wmRestartLimit {
+		s.record(Fault{At: died, Restarts: deaths, Err: faults.Wrap(cause, faults.CodeDesktopWMDied, faults.Unavailable, faults.Desktop,
+			"the window manager died; it is being restarted (input and screenshots work meanwhile)")})
+	}
 	s.mu.Unlock()
 	if deaths > wmRestartLimit {
-		s.log.Error("window manager keeps dying; running without one", "window_manager", wm.name, "error", wm.err)
+		s.wmDown(died, deaths-1, fmt.Sprintf("the window manager died %d times in a row soon after starting and is down for good; "+
+			"the desktop keeps running without one (no window decorations or focus handling)", deaths), cause)
 		return
 	}
-	s.log.Warn("window manager exited; restarting it", "window_manager", wm.name, "error", wm.err)
+	s.log.Warn("window manager exited; restarting it", "window_manager", wm.name, "code", faults.CodeDesktopWMDied,
+		"restarts", deaths, "error", cause)
 	if deaths > 1 && sleepCtx(s.ctx, backoff(deaths-1)) != nil {
 		return
 	}
-	s.startWM(s.ctx)
+	if err := s.startWM(s.ctx); err != nil && s.ctx.Err() == nil {
+		s.wmDown(time.Now(), deaths, "the window manager died and could not be restarted; "+
+			"the desktop keeps running without one (no window decorations or focus handling)", err)
+	}
+}
+
+// wmDown records that the window manager is gone for good, after
+// restarts in a row.
+func (s *Session) wmDown(at time.Time, restarts int, msg string, cause error) {
+	fe := faults.Wrap(cause, faults.CodeDesktopWMDied, faults.Unavailable, faults.Desktop, msg).WithRetryable(false)
+	s.mu.Lock()
+	s.wmGone = true
+	s.record(Fault{Err: fe, At: at, Restarts: restarts})
+	s.mu.Unlock()
+	s.log.Error("window manager is down; running without one", "code", faults.CodeDesktopWMDied, "restarts", restarts, "error", cause)
 }
 
 // backoff is the wait before restarting a process after n young deaths

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
+
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/testenv"
 )
@@ -143,12 +146,106 @@ func TestXServerRestart(t *testing.T) {
 	}
 }
 
-// A window manager that dies on its own is started again; that is no
-// fault of the desktop's.
+// A window manager that dies on its own is started again, owning the
+// screen, and its death is a desktop.wm_died fault: in LastFault, in the
+// next actions response, but never in Err, and no action fails for it.
 func TestWindowManagerRestart(t *testing.T) {
 	t.Parallel()
 	requireX(t, "openbox")
 	s := startSession(t, Options{Width: 320, Height: 240})
+	if st := s.WindowManager(); st != WMRunning {
+		t.Fatalf("WindowManager() = %q at the start", st)
+	}
+	c := xClient(t, s)
+	wm := killWM(t, s)
+	again := waitNewWM(t, s, c, wm)
+	if !wmOwnsScreen(t, c) {
+		t.Error("the restarted window manager does not own the screen (WM_S0)")
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", again.pid)); strings.TrimSpace(string(comm)) != "openbox" {
+		t.Errorf("the restarted window manager's process is %q", comm)
+	}
+
+	f, ok := s.LastFault()
+	if !ok || f.Err.Code != faults.CodeDesktopWMDied || f.Err.Category != faults.Unavailable ||
+		f.Err.Source != faults.Desktop || !f.Err.Retryable {
+		t.Fatalf("LastFault() = %+v, %v; want a retryable unavailable %s from source desktop", f, ok, faults.CodeDesktopWMDied)
+	}
+	if f.Restarts != 1 || f.At.Before(wm.started) || time.Since(f.At) > 10*time.Second {
+		t.Errorf("LastFault() restarts %d at %v; want 1, after %v", f.Restarts, f.At, wm.started)
+	}
+	if err := s.Err(); err != nil {
+		t.Errorf("Err() = %v after a window manager restart", err)
+	}
+	if st := s.WindowManager(); st != WMRunning {
+		t.Errorf("WindowManager() = %q after the restart", st)
+	}
+
+	// The next actions succeed and carry the fault, once.
+	res, err := s.Run(ctxT(t), Request{Actions: []Action{{Type: ActMouseMove, X: fp(10), Y: fp(20)}, {Type: ActCursorPosition}}})
+	if err != nil || !res.OK {
+		t.Fatalf("actions after the window manager restart: %+v, %v", res, err)
+	}
+	if len(res.Faults) != 1 || res.Faults[0].Code != faults.CodeDesktopWMDied || res.Faults[0].Restarts != 1 {
+		t.Errorf("response faults = %+v, want the one %s", res.Faults, faults.CodeDesktopWMDied)
+	}
+	if res, _ := s.Run(ctxT(t), Request{Actions: []Action{{Type: ActCursorPosition}}}); len(res.Faults) != 0 {
+		t.Errorf("a second response carries the fault again: %+v", res.Faults)
+	}
+}
+
+// A window manager that keeps dying soon after each start is given up
+// on after wmRestartLimit restarts: the fault says it is down for good
+// and is not retryable, and the session goes on without one.
+func TestWindowManagerDownForGood(t *testing.T) {
+	t.Parallel()
+	requireX(t, "openbox")
+	s := startSession(t, Options{Width: 320, Height: 240})
+	c := xClient(t, s)
+	wm := killWM(t, s)
+	for i := 1; i <= wmRestartLimit; i++ {
+		wm = waitNewWM(t, s, c, wm)
+		if f, _ := s.LastFault(); f.Restarts != i || !f.Err.Retryable {
+			t.Fatalf("restart %d: LastFault() restarts %d, retryable %v", i, f.Restarts, f.Err.Retryable)
+		}
+		killWM(t, s)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.WindowManager() != WMDown && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := s.WindowManager(); st != WMDown {
+		t.Fatalf("WindowManager() = %q after %d deaths in a row", st, wmRestartLimit+1)
+	}
+	f, ok := s.LastFault()
+	if !ok || f.Err.Code != faults.CodeDesktopWMDied || f.Err.Source != faults.Desktop || f.Err.Retryable ||
+		f.Restarts != wmRestartLimit || !strings.Contains(f.Err.Message, "down for good") ||
+		!strings.Contains(f.Err.Message, "without one") {
+		t.Fatalf("LastFault() = %+v (%v), %v; want a final %s", f, f.Err, ok, faults.CodeDesktopWMDied)
+	}
+	// Nothing restarts it any more, and the desktop still works.
+	time.Sleep(backoff(wmRestartLimit) + exitNoticeWait)
+	s.mu.Lock()
+	left := s.wm
+	s.mu.Unlock()
+	if left != nil {
+		t.Errorf("a window manager (pid %d) was started after the session gave up", left.pid)
+	}
+	if err := s.Err(); err != nil {
+		t.Errorf("Err() = %v without a window manager", err)
+	}
+	res, err := s.Run(ctxT(t), Request{Actions: []Action{{Type: ActMouseMove, X: fp(30), Y: fp(40)}, {Type: ActScreenshot}}})
+	if err != nil || !res.OK {
+		t.Fatalf("actions without a window manager: %+v, %v", res, err)
+	}
+	if n := len(res.Faults); n != wmRestartLimit+1 || res.Faults[n-1].Retryable {
+		t.Errorf("response faults = %+v; want %d, the last final", res.Faults, wmRestartLimit+1)
+	}
+}
+
+// killWM SIGKILLs the session's window manager and waits for it to exit.
+func killWM(t *testing.T, s *Session) *proc {
+	t.Helper()
 	s.mu.Lock()
 	wm := s.wm
 	s.mu.Unlock()
@@ -158,20 +255,53 @@ func TestWindowManagerRestart(t *testing.T) {
 	if err := syscall.Kill(wm.pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	<-wm.exited
+	return wm
+}
+
+// waitNewWM waits until a window manager other than old runs and owns
+// the screen, as seen by the X client c, and returns it.
+func waitNewWM(t *testing.T, s *Session, c *xgb.Conn, old *proc) *proc {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
-		again := s.wm
+		wm := s.wm
 		s.mu.Unlock()
-		if again != nil && again != wm && !again.done() {
-			if _, ok := s.LastFault(); ok || s.Err() != nil {
-				t.Errorf("a window manager restart recorded a fault: %v", s.Err())
-			}
-			return
+		if wm != nil && wm != old && !wm.done() && wmOwnsScreen(t, c) {
+			return wm
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("the window manager was not restarted within 10 s")
+	t.Fatal("the window manager was not restarted within 15 s")
+	return nil
+}
+
+// xClient is a connection of the test's own to the session's display,
+// closed when the test ends.
+func xClient(t *testing.T, s *Session) *xgb.Conn {
+	t.Helper()
+	c, err := xgb.NewConnDisplay(s.Display())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// wmOwnsScreen reports whether a window manager holds the WM_S0
+// selection, which the X server clears when its owner's connection goes.
+func wmOwnsScreen(t *testing.T, c *xgb.Conn) bool {
+	t.Helper()
+	a, err := xproto.InternAtom(c, false, uint16(len("WM_S0")), "WM_S0").Reply()
+	if err != nil {
+		t.Fatalf("intern WM_S0: %v", err)
+	}
+	o, err := xproto.GetSelectionOwner(c, a.Atom).Reply()
+	if err != nil {
+		t.Fatalf("WM_S0 owner: %v", err)
+	}
+	return o.Owner != xproto.WindowNone
 }
 
 // Close kills every process of the session and their descendants, reaps

@@ -182,6 +182,8 @@ const (
 	CodeBrowserHung = "browser.hung"
 	// CodeDesktopXDied: the X server of a desktop sandbox died.
 	CodeDesktopXDied = "desktop.x_server_died"
+	// CodeDesktopWMDied: the window manager of a desktop sandbox died.
+	CodeDesktopWMDied = "desktop.wm_died"
 	// CodeDesktopLaunch: the desktop (X server, window manager, apps)
 	// could not be started.
 	CodeDesktopLaunch = "desktop.launch_failed"

@@ -102,6 +102,8 @@ var registry = []CodeInfo{
 	{CodeBrowserLaunch, Unavailable, Browser, true, true, "The browser could not be started."},
 	{CodeBrowserClosed, Unavailable, Browser, false, false, "The browser session was closed by its owner; no environment fault."},
 	{CodeDesktopXDied, Unavailable, Desktop, true, true, "The X server of a desktop sandbox died."},
+	{CodeDesktopWMDied, Unavailable, Desktop, true, true, "The window manager of a desktop sandbox died and was restarted, or, after dying repeatedly, " +
+		"left for good (not retryable then). Input and screenshots work without it: the fault is reported in the desktop's status and the next actions response."},
 	{CodeDesktopLaunch, Unavailable, Desktop, true, true, "The desktop (X server, window manager, apps) could not be started."},
 
 	// Episodes and their evaluation.

@@ -13,7 +13,7 @@ func (s *Server) desktopRoutes() []route {
 			produces: "image/png", handler: s.toAgent("/desktop/screenshot")},
 		{method: "GET", path: "/sandboxes/:id/desktop/vnc", summary: "Live view: RFB over WebSocket (noVNC), view-only, shared by up to 8 viewers",
 			ws: true, handler: s.toAgent("/desktop/vnc")},
-		{method: "GET", path: "/sandboxes/:id/desktop/status", summary: "The X display and the last desktop fault (an X server restart)",
+		{method: "GET", path: "/sandboxes/:id/desktop/status", summary: "The X display, the window manager's state (running, restarting, down, none) and the last desktop fault (an X server or window manager death)",
 			response: map[string]any{}, handler: s.toAgent("/desktop/status")},
 	}
 }

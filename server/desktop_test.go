@@ -129,14 +129,34 @@ func TestDesktopSandbox(t *testing.T) {
 		t.Errorf("second viewer: %d", w2)
 	}
 
+	// The window manager killed mid-session: restarted, and reported in
+	// the status and the next actions response, which succeeds.
+	if _, err := exec.LookPath("openbox"); err == nil {
+		if st := call(t, srv, "GET", "/sandboxes/"+id+"/desktop/status", nil); st.body["window_manager"] != "running" {
+			t.Errorf("status before killing openbox: %s", st.raw)
+		}
+		execWait(t, srv, id, map[string]any{"command": "pkill -KILL -x openbox; true"})
+		fault := desktopFault(t, srv, id, "desktop.wm_died")
+		if fault["source"] != "desktop" || fault["category"] != "unavailable" || fault["retryable"] != true || fault["restarts"] != 1.0 || fault["at"] == nil {
+			t.Errorf("after killing openbox: last fault %v", fault)
+		}
+		st := call(t, srv, "GET", "/sandboxes/"+id+"/desktop/status", nil)
+		for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && st.body["window_manager"] != "running"; time.Sleep(100 * time.Millisecond) {
+			st = call(t, srv, "GET", "/sandboxes/"+id+"/desktop/status", nil)
+		}
+		if st.body["window_manager"] != "running" {
+			t.Errorf("openbox not restarted: status %s", st.raw)
+		}
+		a := call(t, srv, "POST", "/sandboxes/"+id+"/desktop/actions", map[string]any{"actions": []map[string]any{{"type": "mouse_move", "x": 10, "y": 10}}})
+		faults, _ := a.body["faults"].([]any)
+		if a.status != 200 || a.body["ok"] != true || len(faults) != 1 || faults[0].(map[string]any)["code"] != "desktop.wm_died" {
+			t.Errorf("actions after the window manager restart: %d %s", a.status, a.raw)
+		}
+	}
+
 	// The X server killed mid-session: detected, classified, recovered.
 	execWait(t, srv, id, map[string]any{"command": "pkill -KILL -x Xvfb; true"})
-	var fault map[string]any
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && fault == nil; time.Sleep(100 * time.Millisecond) {
-		st := call(t, srv, "GET", "/sandboxes/"+id+"/desktop/status", nil)
-		fault, _ = st.body["last_fault"].(map[string]any)
-	}
-	if fault == nil || fault["code"] != "desktop.x_server_died" || fault["source"] != "desktop" {
+	if fault := desktopFault(t, srv, id, "desktop.x_server_died"); fault["source"] != "desktop" {
 		t.Errorf("after killing Xvfb: last fault %v", fault)
 	}
 	if img := desktopShot(t, srv, id, ""); img.Bounds().Dx() != 800 {
@@ -157,6 +177,21 @@ func TestDesktopSandbox(t *testing.T) {
 	if a := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "desktop": map[string]any{"width": 10}}); a.status != 422 {
 		t.Errorf("desktop settings on a shell: %d %s", a.status, a.raw)
 	}
+}
+
+// desktopFault waits up to 15 s for the desktop status to report a last
+// fault with code, and returns it.
+func desktopFault(t *testing.T, srv *testserver.Server, id, code string) map[string]any {
+	t.Helper()
+	var fault map[string]any
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		st := call(t, srv, "GET", "/sandboxes/"+id+"/desktop/status", nil)
+		if fault, _ = st.body["last_fault"].(map[string]any); fault != nil && fault["code"] == code {
+			return fault
+		}
+	}
+	t.Fatalf("no %s in the desktop status within 15 s; last fault %v", code, fault)
+	return nil
 }
 
 // vncHandshake runs RFB 3.8 with no authentication over /desktop/vnc and
