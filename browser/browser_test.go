@@ -568,3 +568,17 @@ func TestConcurrentObserveDuringActions(t *testing.T) {
 		t.Errorf("clicks %v, want 5", got)
 	}
 }
+
+// A link whose text wraps: its box's centre falls between the two line
+// fragments, on the container; the click must land on the link's text.
+func TestClickWrappedLink(t *testing.T) {
+	s := openPage(t, "/wrap.html")
+	if hit := js[string](t, s, `(function(){var r=document.getElementById('wrap').getBoundingClientRect();
+var e=document.elementFromPoint(r.left+r.width/2, r.top+r.height/2); return e ? e.id : ''})()`); hit == "wrap" {
+		t.Fatalf("the test page does not put the link's box centre off its text (hit %q)", hit)
+	}
+	mustDo(t, s, Action{Type: ActClick, Selector: "#wrap"})
+	if got := js[string](t, s, "location.hash"); got != "#wrapped" {
+		t.Errorf("after clicking the wrapped link: hash %q, missed %v", got, js[int](t, s, "window.missed || 0"))
+	}
+}

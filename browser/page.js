@@ -342,9 +342,32 @@
       el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
       r = rectOf(el);
     }
-    var cx = r.x + r.w / 2, cy = r.y + r.h / 2;
-    cx = Math.min(Math.max(cx, 0), vw - 1); cy = Math.min(Math.max(cy, 0), vh - 1);
+    var p = target(el, r);
+    var cx = Math.min(Math.max(p[0], 0), vw - 1), cy = Math.min(Math.max(p[1], 0), vh - 1);
     return { x: cx, y: cy, w: r.w, h: r.h, tag: el.tagName.toLowerCase() };
+  }
+
+  // target is the point a click on el should go to, in the top viewport:
+  // the centre of its box when that hits el, else the centre of the first
+  // of its line boxes that does — a link whose text wraps has a box whose
+  // centre falls between its fragments, on whatever is behind them.
+  function target(el, r) {
+    var lr = el.getBoundingClientRect(), dx = r.x - lr.left, dy = r.y - lr.top;
+    var root = el.getRootNode && el.getRootNode();
+    var doc = root && root.elementFromPoint ? root : el.ownerDocument;
+    var hits = function (x, y) {
+      var h = doc.elementFromPoint(x, y);
+      return h && (h === el || el.contains(h));
+    };
+    var cx = lr.left + lr.width / 2, cy = lr.top + lr.height / 2;
+    if (!hits(cx, cy)) {
+      var rs = el.getClientRects();
+      for (var i = 0; i < rs.length; i++) {
+        var x = rs[i].left + rs[i].width / 2, y = rs[i].top + rs[i].height / 2;
+        if (rs[i].width > 0 && rs[i].height > 0 && hits(x, y)) { cx = x; cy = y; break; }
+      }
+    }
+    return [cx + dx, cy + dy];
   }
 
   function editableOf(el) {
