@@ -1,6 +1,6 @@
 // Package evaluate scores a finished episode against its task's eval: the
-// final answer, the final page's URL and DOM, a script run in the page, or
-// an LLM judge reading the trajectory.
+// final answer, the final page's URL and DOM, a script run in the page, a
+// command run in the sandbox, or an LLM judge reading the trajectory.
 package evaluate
 
 import (
@@ -24,6 +24,30 @@ type Page interface {
 	// Eval runs the JavaScript expression expr in the page and returns its
 	// value as JSON. Failures should come classified (browser.crashed ...).
 	Eval(ctx context.Context, expr string) (json.RawMessage, error)
+}
+
+// Sandbox is what the exec evaluator needs of the episode's sandbox.
+type Sandbox interface {
+	// Exec runs command in the sandbox and waits for it. A command that
+	// exits non-zero (or runs past its time) is a result, not an error;
+	// errors are failures to run it and should come classified
+	// (sandbox.agent_unreachable ...).
+	Exec(ctx context.Context, command string) (ExecResult, error)
+}
+
+// ExecResult is how a command ended. ExitCode is -1 when the command did
+// not exit by itself (it was killed at its timeout).
+type ExecResult struct {
+	ExitCode       int
+	Stdout, Stderr string
+}
+
+// Env is the live environment at the end of an episode, for the
+// evaluators that look at it. Page is nil when the episode has no browser
+// (a desktop episode); Sandbox is nil when there is no sandbox to run in.
+type Env struct {
+	Page    Page
+	Sandbox Sandbox
 }
 
 // Step is one action of a trajectory.
@@ -56,11 +80,11 @@ type Evaluator struct {
 	Judge *JudgeConfig
 }
 
-// Evaluate scores tr (and page, the final page, for url_match, dom_match
-// and js) against ev. An error means no verdict could be reached — a bad
-// eval (task.invalid), a missing page, a page or judge failure — never that
-// the policy failed.
-func (e *Evaluator) Evaluate(ctx context.Context, ev tasks.Eval, tr Trajectory, page Page) (Result, error) {
+// Evaluate scores tr against ev, and env: the final page for url_match,
+// dom_match and js, the sandbox for exec. An error means no verdict could
+// be reached — a bad eval (task.invalid), a missing page or sandbox, a
+// page, sandbox or judge failure — never that the policy failed.
+func (e *Evaluator) Evaluate(ctx context.Context, ev tasks.Eval, tr Trajectory, env Env) (Result, error) {
 	if err := ev.Validate(); err != nil {
 		return Result{}, taskInvalid("%v", err)
 	}
@@ -70,6 +94,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, ev tasks.Eval, tr Trajectory, 
 		verdict *JudgeVerdict
 		err     error
 	)
+	page := env.Page
 	switch ev.Type {
 	case tasks.EvalAnswerMatch:
 		ok, details, err = answerMatch(ev, tr.Answer)
@@ -88,6 +113,11 @@ func (e *Evaluator) Evaluate(ctx context.Context, ev tasks.Eval, tr Trajectory, 
 			return Result{}, noPage(ev.Type)
 		}
 		ok, details, err = jsCheck(ctx, ev, page)
+	case tasks.EvalExec:
+		if env.Sandbox == nil {
+			return Result{}, taskInvalid("exec needs the episode's sandbox, and there is none")
+		}
+		ok, details, err = execCheck(ctx, ev, env.Sandbox)
 	case tasks.EvalJudge:
 		verdict, err = e.Judge.judge(ctx, ev, tr)
 		if err == nil {
@@ -297,4 +327,33 @@ func jsCheck(ctx context.Context, ev tasks.Eval, page Page) (bool, map[string]an
 	}
 	d["value"] = out.Value
 	return string(out.Value) == "true", d, nil
+}
+
+// maxExecOutput bounds the stdout and stderr an exec eval reports back:
+// enough to see why a check failed, not a whole file.
+const maxExecOutput = 2000
+
+func clip(s string) string {
+	if len(s) <= maxExecOutput {
+		return s
+	}
+	return s[:maxExecOutput] + "…"
+}
+
+func execCheck(ctx context.Context, ev tasks.Eval, sb Sandbox) (bool, map[string]any, error) {
+	res, err := sb.Exec(ctx, ev.Command)
+	if err != nil {
+		return false, nil, fmt.Errorf("evaluate exec: %w", err)
+	}
+	d := map[string]any{"command": ev.Command, "exit_code": res.ExitCode, "stdout": clip(res.Stdout)}
+	if res.Stderr != "" {
+		d["stderr"] = clip(res.Stderr)
+	}
+	if ev.Text != "" {
+		d["text"] = ev.Text
+	}
+	if res.ExitCode != 0 {
+		return false, d, nil
+	}
+	return strings.Contains(normalize(res.Stdout, ev.CaseSensitive), normalize(ev.Text, ev.CaseSensitive)), d, nil
 }

@@ -78,7 +78,7 @@ func TestEvaluate(t *testing.T) {
 			if tt.page != nil {
 				page = tt.page
 			}
-			r, err := e.Evaluate(context.Background(), tt.ev, Trajectory{Answer: tt.answer}, page)
+			r, err := e.Evaluate(context.Background(), tt.ev, Trajectory{Answer: tt.answer}, Env{Page: page})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func TestEvaluateErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := e.Evaluate(context.Background(), tt.ev, Trajectory{Answer: "x"}, tt.page)
+			_, err := e.Evaluate(context.Background(), tt.ev, Trajectory{Answer: "x"}, Env{Page: tt.page})
 			if !faults.Is(err, tt.code) {
 				t.Errorf("err = %v (%+v), want %s", err, faults.Of(err), tt.code)
 			}
@@ -148,10 +148,74 @@ func TestJSExprWrapsScript(t *testing.T) {
 	t.Parallel()
 	p := &fakePage{result: `{"value":true}`}
 	var e Evaluator
-	if _, err := e.Evaluate(context.Background(), tasks.Eval{Type: "js", Script: "x // comment"}, Trajectory{}, p); err != nil {
+	if _, err := e.Evaluate(context.Background(), tasks.Eval{Type: "js", Script: "x // comment"}, Trajectory{}, Env{Page: p}); err != nil {
 		t.Fatal(err)
 	}
 	if len(p.exprs) != 1 || !strings.Contains(p.exprs[0], "x // comment\n)") || !strings.Contains(p.exprs[0], "catch (e)") {
 		t.Errorf("expr = %q", p.exprs)
+	}
+}
+
+// fakeSandbox answers Exec with a fixed result and records the command.
+type fakeSandbox struct {
+	res  ExecResult
+	err  error
+	cmds []string
+}
+
+func (f *fakeSandbox) Exec(_ context.Context, command string) (ExecResult, error) {
+	f.cmds = append(f.cmds, command)
+	return f.res, f.err
+}
+
+func TestEvaluateExec(t *testing.T) {
+	t.Parallel()
+	gone := faults.New(faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox, "the sandbox's agent did not answer")
+	tests := []struct {
+		name string
+		ev   tasks.Eval
+		sb   *fakeSandbox // nil: no sandbox
+		want bool
+		code string // the error's code, when no verdict
+	}{
+		{"exit 0", tasks.Eval{Type: "exec", Command: "test -s /tmp/out.txt"}, &fakeSandbox{}, true, ""},
+		{"exit 1", tasks.Eval{Type: "exec", Command: "test -s /tmp/out.txt"}, &fakeSandbox{res: ExecResult{ExitCode: 1}}, false, ""},
+		{"killed", tasks.Eval{Type: "exec", Command: "sleep 1000"}, &fakeSandbox{res: ExecResult{ExitCode: -1}}, false, ""},
+		{"text", tasks.Eval{Type: "exec", Command: "cat /tmp/out.txt", Text: "Hello  World"}, &fakeSandbox{res: ExecResult{Stdout: "say hello\nworld!\n"}}, true, ""},
+		{"text miss", tasks.Eval{Type: "exec", Command: "cat /tmp/out.txt", Text: "hello"}, &fakeSandbox{res: ExecResult{Stdout: "goodbye\n"}}, false, ""},
+		{"text case sensitive", tasks.Eval{Type: "exec", Command: "cat /tmp/out.txt", Text: "Hello", CaseSensitive: true}, &fakeSandbox{res: ExecResult{Stdout: "hello"}}, false, ""},
+		{"text but exit 2", tasks.Eval{Type: "exec", Command: "grep -r hello /tmp", Text: "hello"}, &fakeSandbox{res: ExecResult{ExitCode: 2, Stdout: "hello", Stderr: "grep: /tmp/x: Permission denied"}}, false, ""},
+		{"no command", tasks.Eval{Type: "exec", Text: "x"}, &fakeSandbox{}, false, faults.CodeTaskInvalid},
+		{"no sandbox", tasks.Eval{Type: "exec", Command: "true"}, nil, false, faults.CodeTaskInvalid},
+		{"sandbox gone", tasks.Eval{Type: "exec", Command: "true"}, &fakeSandbox{err: gone}, false, faults.CodeAgentUnreachable},
+	}
+	var e Evaluator
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var env Env
+			if tt.sb != nil {
+				env.Sandbox = tt.sb
+			}
+			r, err := e.Evaluate(context.Background(), tt.ev, Trajectory{}, env)
+			if tt.code != "" {
+				if !faults.Is(err, tt.code) {
+					t.Fatalf("err = %v (%+v), want %s", err, faults.Of(err), tt.code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Success != tt.want || r.Type != "exec" || (r.Reward == 1) != tt.want {
+				t.Errorf("result = %+v, want success %v", r, tt.want)
+			}
+			if len(tt.sb.cmds) != 1 || tt.sb.cmds[0] != tt.ev.Command {
+				t.Errorf("ran %q, want %q", tt.sb.cmds, tt.ev.Command)
+			}
+			if r.Details["command"] != tt.ev.Command || r.Details["exit_code"] != tt.sb.res.ExitCode {
+				t.Errorf("details = %v", r.Details)
+			}
+		})
 	}
 }

@@ -118,7 +118,7 @@ func TestJudge(t *testing.T) {
 				}
 				return http.StatusOK, tt.keyPoints
 			})
-			r, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge", Criteria: "Prices must include cents."}, judgeTraj, nil)
+			r, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge", Criteria: "Prices must include cents."}, judgeTraj, Env{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +176,7 @@ func TestJudgeRetries(t *testing.T) {
 		}
 		return http.StatusOK, "1. red shoe"
 	})
-	r, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, nil)
+	r, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestJudgeFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, e := newJudge(t, tt.reply)
-			_, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, nil)
+			_, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, Env{})
 			checkJudgeFailed(t, err, tt.retryable)
 			if got := s.calls.Load(); got != tt.calls {
 				t.Errorf("%d calls, want %d", got, tt.calls)
@@ -223,7 +223,7 @@ func TestJudgeServerDown(t *testing.T) {
 	url := srv.URL
 	srv.Close()
 	e := &Evaluator{Judge: &JudgeConfig{URL: url, Model: "m", Attempts: 2, Backoff: time.Millisecond}}
-	_, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, nil)
+	_, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, Env{})
 	checkJudgeFailed(t, err, true)
 }
 
@@ -239,7 +239,7 @@ func TestJudgeTimeout(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
 	e := &Evaluator{Judge: &JudgeConfig{URL: srv.URL, Model: "m", Attempts: 2, Timeout: 50 * time.Millisecond, Backoff: time.Millisecond}}
-	_, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, nil)
+	_, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, judgeTraj, Env{})
 	checkJudgeFailed(t, err, true)
 }
 

@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,13 +89,7 @@ func TestDesktopSandbox(t *testing.T) {
 
 	// Typing into the xterm runs a command whose output exec reads back.
 	// The xterm's window is found with xwininfo, and clicked in its middle.
-	j = execWait(t, srv, id, map[string]any{"command": `for i in $(seq 100); do xwininfo -root -tree | grep -q '("xterm"' && break; sleep 0.1; done; xwininfo -root -tree | grep '("xterm"' | head -1`})
-	m := regexp.MustCompile(`(\d+)x(\d+)\+-?\d+\+-?\d+\s+\+(-?\d+)\+(-?\d+)`).FindStringSubmatch(j.Stdout)
-	if m == nil {
-		t.Fatalf("no xterm window: %q", j.Stdout)
-	}
-	num := func(s string) int { n, _ := strconv.Atoi(s); return n }
-	cx, cy := num(m[3])+num(m[1])/2, num(m[4])+num(m[2])/2
+	cx, cy := xtermCenter(t, srv, id)
 	a := call(t, srv, "POST", "/sandboxes/"+id+"/desktop/actions", map[string]any{"actions": []map[string]any{
 		{"type": "screenshot"},
 		{"type": "click", "x": cx, "y": cy},

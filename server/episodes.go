@@ -27,8 +27,9 @@ import (
 )
 
 // Episodes: the RL loop, one call per step (API.md "Episodes"). An episode
-// owns a browser sandbox from create to finish; its steps are forwarded to
-// the sandbox's browser and recorded; finish runs the task's evaluator.
+// owns a browser or desktop sandbox from create to finish; its steps are
+// forwarded to the sandbox's browser or desktop daemon and recorded;
+// finish runs the task's evaluator.
 //
 // Episode state lives in the store (store.Docs), not in this process: each
 // call takes the episode's lock (store.Locker — a Redis lease when replicas
@@ -51,6 +52,9 @@ const (
 	defaultStepTimeout = 90 * time.Second
 	// defaultEpisodeTimeout bounds an episode that a trainer abandons.
 	defaultEpisodeTimeout = 30 * time.Minute
+	// execEvalTimeout bounds an exec eval's command: a check of files or
+	// settings, not a build.
+	execEvalTimeout = 60
 	// judgeScreenshots are the last screenshots kept for a judge.
 	judgeScreenshots = 3
 	// episodeKeep is how long an episode stays readable after its last
@@ -71,7 +75,7 @@ const (
 type episodeRequest struct {
 	TaskID           string          `json:"task_id,omitempty"`
 	Task             *tasks.Task     `json:"task,omitempty"`
-	Sandbox          json.RawMessage `json:"sandbox,omitempty"` // POST /sandboxes fields (browser, memory, faults, block_network, egress)
+	Sandbox          json.RawMessage `json:"sandbox,omitempty"` // POST /sandboxes fields (kind, browser, desktop, memory, faults, block_network, egress)
 	Observe          map[string]any  `json:"observe,omitempty"`
 	MaxSteps         int             `json:"max_steps,omitempty"`
 	StepTimeoutMS    int             `json:"step_timeout_ms,omitempty"`
@@ -96,6 +100,7 @@ type episodeView struct {
 	ID        string           `json:"episode_id"`
 	SandboxID string           `json:"sandbox_id"`
 	TaskID    string           `json:"task_id"`
+	Kind      string           `json:"kind"`   // api.KindBrowser or api.KindDesktop
 	Status    string           `json:"status"` // running, done, finished, aborted
 	Steps     int              `json:"steps"`
 	Outcome   string           `json:"outcome,omitempty"`
@@ -125,6 +130,10 @@ type episode struct {
 }
 
 func (ep *episode) ended() bool { return ep.Status == "finished" || ep.Status == "aborted" }
+
+// desktop reports whether ep runs in a desktop sandbox. Episodes stored
+// before episodes had kinds have none: they are browser episodes.
+func (ep *episode) desktop() bool { return ep.Kind == api.KindDesktop }
 
 // episodeStore keeps episodes in a store.Docs under store.Locker locks.
 type episodeStore struct {
@@ -224,7 +233,7 @@ func (st *episodeStore) save(ctx context.Context, lease store.Lease, ep *episode
 
 func (s *Server) episodeRoutes() []route {
 	return []route{
-		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL; returns the first observation",
+		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, or a desktop sandbox (setup.sandbox or sandbox kind \"desktop\"); returns the first observation",
 			request: episodeRequest{}, response: map[string]any{}, handler: s.createEpisode},
 		{method: "GET", path: "/episodes", summary: "List episodes", response: map[string]any{}, handler: s.listEpisodes},
 		{method: "GET", path: "/episodes/:id", summary: "An episode: status, steps so far, outcome", response: map[string]any{}, handler: s.getEpisode},
@@ -246,8 +255,9 @@ func (s *Server) episodeRoutes() []route {
 	}
 }
 
-// browserCall forwards one request to a sandbox's browser daemon.
-func (s *Server) browserCall(ctx context.Context, sandboxID, path string, body any) (int, []byte, error) {
+// agentCall posts one request to path on a sandbox's agent, which serves
+// it or forwards it to the sandbox's browser or desktop daemon.
+func (s *Server) agentCall(ctx context.Context, sandboxID, path string, body any) (int, []byte, error) {
 	if s.agentHTTP == nil {
 		return 0, nil, faults.New(faults.CodeKindUnsupported, faults.NotImplemented, faults.Platform, "this server does not forward to agents")
 	}
@@ -280,7 +290,7 @@ func envelopeError(status int, raw []byte) *faults.Error {
 	if json.Unmarshal(raw, &env) == nil && env.Error != nil {
 		return faults.FromInfo(*env.Error, status)
 	}
-	return faults.Newf(faults.CodeBadResponse, faults.Unavailable, faults.Platform, "browser answered %d", status)
+	return faults.Newf(faults.CodeBadResponse, faults.Unavailable, faults.Platform, "the sandbox's agent answered %d", status)
 }
 
 // isEnvFault reports whether a step's error ends the episode as the
@@ -342,9 +352,6 @@ func (s *Server) createEpisode(c *gin.Context) error {
 		total = defaultEpisodeTimeout
 	}
 	ep.Deadline = time.Now().Add(total)
-	if ep.Observe == nil {
-		ep.Observe = map[string]any{"screenshot": "jpeg", "som": true}
-	}
 
 	// The sandbox: the request's settings over the task's over ours.
 	p := manager.CreateParams{Kind: api.KindBrowser, Image: "host", BlockNetwork: false}
@@ -354,6 +361,16 @@ func (s *Server) createEpisode(c *gin.Context) error {
 			if err := json.Unmarshal(raw, &spec); err != nil {
 				return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "sandbox: "+err.Error())
 			}
+		}
+	}
+	if err := episodeKind(&p, spec, task); err != nil {
+		return err
+	}
+	ep.Kind = p.Kind
+	if ep.Observe == nil {
+		ep.Observe = map[string]any{"screenshot": "jpeg", "som": true}
+		if ep.desktop() {
+			ep.Observe = map[string]any{"screenshot": "jpeg"}
 		}
 	}
 	if spec.Image != "" {
@@ -368,7 +385,6 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	if spec.CPU != nil {
 		p.CPU = *spec.CPU
 	}
-	p.KindOptions = spec.Browser
 	if spec.Egress != nil {
 		p.EgressAllow = spec.Egress.Allow
 	}
@@ -409,7 +425,7 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	}
 	if (req.Record == nil || *req.Record) && s.recs != nil {
 		w, err := s.recs.Create(recordings.Manifest{ID: ep.ID, EpisodeID: ep.ID, TaskID: task.ID, Question: task.Question,
-			StartURL: task.StartURL, SandboxID: rec.ID, Kind: api.KindBrowser, CreatedAt: ep.CreatedAt})
+			StartURL: task.StartURL, SandboxID: rec.ID, Kind: ep.Kind, CreatedAt: ep.CreatedAt})
 		if err != nil {
 			s.log.Warn("episode: recording", "episode_id", ep.ID, "err", err)
 		} else {
@@ -418,9 +434,10 @@ func (s *Server) createEpisode(c *gin.Context) error {
 		}
 	}
 
-	// Step 0: the start page, loaded with the navigation retry policy.
+	// Step 0: the start page, loaded with the navigation retry policy; on
+	// a desktop, the screen as the setup left it.
 	first := map[string]any{"observe": ep.Observe}
-	if task.StartURL != "" {
+	if task.StartURL != "" && !ep.desktop() {
 		first["actions"] = []map[string]any{{"type": "navigate", "url": task.StartURL,
 			"retry": map[string]any{"attempts": 3, "initial_ms": 500, "max_ms": 4000}}}
 	}
@@ -431,6 +448,51 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	}
 	out["episode_id"], out["sandbox_id"] = ep.ID, ep.SandboxID
 	c.JSON(http.StatusOK, out)
+	return nil
+}
+
+// episodeKind sets p's kind and kind options from spec, the episode's
+// merged sandbox settings: a browser unless spec says desktop, with the
+// settings of that kind as POST /sandboxes passes them. A desktop episode
+// of a task with a start_url opens it in the desktop's chromium app unless
+// the desktop settings name a url of their own.
+func episodeKind(p *manager.CreateParams, spec api.CreateSandboxRequest, task tasks.Task) error {
+	has := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	switch spec.Kind {
+	case "", api.KindBrowser:
+		p.Kind = api.KindBrowser
+		if has(spec.Desktop) {
+			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "desktop"},
+				Msg: "desktop settings need kind \"desktop\"", Input: jsonInput(spec.Desktop)})
+		}
+		p.KindOptions = spec.Browser
+	case api.KindDesktop:
+		p.Kind = api.KindDesktop
+		if has(spec.Browser) {
+			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "browser"},
+				Msg: "browser settings need kind \"browser\"", Input: jsonInput(spec.Browser)})
+		}
+		if err := task.CheckKind(api.KindDesktop); err != nil {
+			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s: %v", task.ID, err)
+		}
+		p.KindOptions = spec.Desktop
+		if task.StartURL != "" {
+			opts := map[string]any{}
+			if has(spec.Desktop) {
+				if err := json.Unmarshal(spec.Desktop, &opts); err != nil || opts == nil {
+					return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "desktop"},
+						Msg: "desktop settings must be an object", Input: jsonInput(spec.Desktop)})
+				}
+			}
+			if _, ok := opts["url"]; !ok {
+				opts["url"] = task.StartURL
+				p.KindOptions, _ = json.Marshal(opts)
+			}
+		}
+	default:
+		return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "kind"},
+			Msg: "episodes run in a \"browser\" or \"desktop\" sandbox", Input: spec.Kind})
+	}
 	return nil
 }
 
@@ -461,22 +523,12 @@ func (s *Server) setupTask(ctx context.Context, id string, st *tasks.Setup) erro
 		}
 	}
 	for _, cmd := range st.Exec {
-		job, err := s.mgr.Exec(ctx, id, manager.ExecParams{Command: cmd, TimeoutSeconds: 120, Wait: true})
-		if err == nil && job.Fault != nil && isEnvFault(&faults.Info{Category: faults.Category(job.Fault.Category),
-			Source: faults.Source(job.Fault.Source), Code: job.Fault.Code}) {
-			// The sandbox failed under the command (its agent died, it ran
-			// out of memory): the environment's fault, not the task's.
-			err = faults.FromInfo(faults.Info{Category: faults.Category(job.Fault.Category), Source: faults.Source(job.Fault.Source),
-				Code: job.Fault.Code, Message: job.Fault.Message, Retryable: job.Fault.Retryable}, 0)
-		}
+		job, err := s.execIn(ctx, id, cmd, 120)
 		if err != nil {
 			if f := faults.Of(err); f.Source != faults.Client && f.Source != faults.Task {
 				return err
 			}
 			return fail("%q: %s", cmd, faults.Of(err).Message)
-		}
-		if d := s.mgr.DeathFault(ctx, id); d != nil && job.Status != api.JobSucceeded {
-			return d
 		}
 		if job.Status != api.JobSucceeded {
 			code := -1
@@ -489,15 +541,68 @@ func (s *Server) setupTask(ctx context.Context, id string, st *tasks.Setup) erro
 	return nil
 }
 
-// runStep sends one browser request for ep (its lock held) and records it.
-// Failures are the step's info, not an error: the trainer gets them as the
-// step's outcome.
+// execIn runs cmd in sandbox id and waits up to timeout seconds for it. A
+// command that failed because the sandbox failed under it (its agent
+// died, it ran out of memory) is the environment's fault, returned as the
+// error; a non-zero exit or a timeout is the job's result.
+func (s *Server) execIn(ctx context.Context, id, cmd string, timeout int) (api.Job, error) {
+	job, err := s.mgr.Exec(ctx, id, manager.ExecParams{Command: cmd, TimeoutSeconds: timeout, Wait: true})
+	if err != nil {
+		return job, err
+	}
+	if f := job.Fault; f != nil {
+		info := faults.Info{Category: faults.Category(f.Category), Source: faults.Source(f.Source), Code: f.Code,
+			Message: f.Message, Retryable: f.Retryable}
+		if isEnvFault(&info) {
+			return job, faults.FromInfo(info, 0)
+		}
+	}
+	if job.Status != api.JobSucceeded {
+		if d := s.mgr.DeathFault(ctx, id); d != nil {
+			return job, d
+		}
+	}
+	return job, nil
+}
+
+// runStep sends one actions request for ep (its lock held) to its
+// sandbox's browser or desktop daemon and records it. Failures are the
+// step's info, not an error: the trainer gets them as the step's outcome.
 func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, reset bool) gin.H {
 	start := time.Now()
+	var action json.RawMessage
+	var list []json.RawMessage
+	if acts, ok := req["actions"]; ok {
+		action, _ = json.Marshal(acts)
+		_ = json.Unmarshal(action, &list)
+	}
+	// answer ends the episode with the policy's final answer. The browser
+	// takes it as an action that does nothing; the desktop has no such
+	// action, so it is kept from the desktop, which gets the rest.
+	answered := false
+	var rest []json.RawMessage
+	for _, a := range list {
+		var v map[string]any
+		if json.Unmarshal(a, &v) == nil && v["type"] == "answer" {
+			ep.Answer, _ = v["text"].(string)
+			answered = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	path, body := "/browser/actions", req
+	if ep.desktop() {
+		path, body = "/desktop/actions", map[string]any{"actions": rest, "observe": req["observe"]}
+		if len(rest) == 0 {
+			// Only an observation is wanted (step 0, an answer): the
+			// desktop takes no request without actions.
+			body["actions"] = []map[string]any{{"type": "wait", "ms": 0}}
+		}
+	}
 	sctx, cancel := context.WithTimeoutCause(ctx, ep.StepTimeout,
 		faults.Newf(faults.CodeEpisodeDeadline, faults.Timeout, faults.Policy, "step %d ran past its %s budget", ep.Steps+1, ep.StepTimeout))
 	defer cancel()
-	status, raw, err := s.browserCall(sctx, ep.SandboxID, "/browser/actions", req)
+	status, raw, err := s.agentCall(sctx, ep.SandboxID, path, body)
 	info := episodeInfo{Step: ep.Steps}
 	var resp struct {
 		OK      bool `json:"ok"`
@@ -518,7 +623,7 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 		info.Error = &i
 	default:
 		if err := json.Unmarshal(raw, &resp); err != nil {
-			i := faults.Wrap(err, faults.CodeBadResponse, faults.Unavailable, faults.Platform, "bad browser answer").Info()
+			i := faults.Wrap(err, faults.CodeBadResponse, faults.Unavailable, faults.Platform, "bad "+ep.Kind+" answer").Info()
 			info.Error = &i
 		}
 		for _, r := range resp.Results {
@@ -540,17 +645,8 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 		s.endEnvError(ep, *info.Error, info.Step)
 		done = true
 	}
-	var action json.RawMessage
-	if acts, ok := req["actions"]; ok {
-		action, _ = json.Marshal(acts)
-		var list []map[string]any
-		_ = json.Unmarshal(action, &list)
-		for _, a := range list {
-			if a["type"] == "answer" {
-				ep.Answer, _ = a["text"].(string)
-				done = true
-			}
-		}
+	if answered {
+		done = true
 	}
 	if ep.Steps >= ep.MaxSteps || time.Now().After(ep.Deadline) {
 		done = true
@@ -566,13 +662,18 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 		Frame      int64   `json:"frame"`
 		Scale      float64 `json:"scale"`
 		Screenshot *struct {
-			Format string `json:"format"`
-			Data   []byte `json:"data"`
-			Width  int    `json:"width"`
-			Height int    `json:"height"`
+			Format string  `json:"format"`
+			Data   []byte  `json:"data"`
+			Width  int     `json:"width"`
+			Height int     `json:"height"`
+			Frame  int64   `json:"frame"` // the desktop's frame and scale are the screenshot's
+			Scale  float64 `json:"scale"`
 		} `json:"screenshot"`
 	}
 	_ = json.Unmarshal(resp.Observation, &obs)
+	if sc := obs.Screenshot; sc != nil && obs.Frame == 0 && obs.Scale == 0 {
+		obs.Frame, obs.Scale = sc.Frame, sc.Scale
+	}
 	if obs.URL != "" {
 		ep.LastURL = obs.URL
 	}
@@ -673,7 +774,7 @@ type episodePage struct {
 func (p episodePage) URL() string { return p.url }
 
 func (p episodePage) Eval(ctx context.Context, expr string) (json.RawMessage, error) {
-	status, raw, err := p.s.browserCall(ctx, p.ep.SandboxID, "/browser/evaluate", map[string]string{"expression": expr})
+	status, raw, err := p.s.agentCall(ctx, p.ep.SandboxID, "/browser/evaluate", map[string]string{"expression": expr})
 	if err != nil {
 		return nil, err
 	}
@@ -687,6 +788,24 @@ func (p episodePage) Eval(ctx context.Context, expr string) (json.RawMessage, er
 		return nil, err
 	}
 	return v.Value, nil
+}
+
+// episodeSandbox is the sandbox an exec eval runs its command in.
+type episodeSandbox struct {
+	s  *Server
+	id string
+}
+
+func (sb episodeSandbox) Exec(ctx context.Context, command string) (evaluate.ExecResult, error) {
+	job, err := sb.s.execIn(ctx, sb.id, command, execEvalTimeout)
+	if err != nil {
+		return evaluate.ExecResult{}, err
+	}
+	res := evaluate.ExecResult{ExitCode: -1, Stdout: job.Stdout, Stderr: job.Stderr}
+	if job.ExitCode != nil {
+		res.ExitCode = *job.ExitCode
+	}
+	return res, nil
 }
 
 func (s *Server) finishEpisode(c *gin.Context) error {
@@ -715,7 +834,11 @@ func (s *Server) finishEpisode(c *gin.Context) error {
 			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s has no eval block", ep.Task.ID)
 		}
 		tr := evaluate.Trajectory{Question: ep.Task.Question, Answer: ep.Answer, StartURL: ep.Task.StartURL, Steps: ep.History, Screenshots: ep.screens}
-		res, err := s.evaluator.Evaluate(ctx, *ep.Task.Eval, tr, episodePage{s: s, ep: ep, url: ep.LastURL})
+		env := evaluate.Env{Sandbox: episodeSandbox{s: s, id: ep.SandboxID}}
+		if !ep.desktop() {
+			env.Page = episodePage{s: s, ep: ep, url: ep.LastURL}
+		}
+		res, err := s.evaluator.Evaluate(ctx, *ep.Task.Eval, tr, env)
 		switch {
 		case err != nil:
 			f := faults.Of(err)
@@ -808,7 +931,7 @@ func (s *Server) listEpisodes(c *gin.Context) error {
 	sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt.After(list[j].CreatedAt) })
 	out := make([]gin.H, len(list))
 	for i, v := range list {
-		out[i] = gin.H{"episode_id": v.ID, "task_id": v.TaskID, "sandbox_id": v.SandboxID, "status": v.Status,
+		out[i] = gin.H{"episode_id": v.ID, "task_id": v.TaskID, "sandbox_id": v.SandboxID, "kind": v.Kind, "status": v.Status,
 			"steps": v.Steps, "outcome": v.Outcome, "created_at": v.CreatedAt}
 	}
 	c.JSON(http.StatusOK, gin.H{"episodes": out})

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
@@ -21,8 +22,9 @@ const (
 	SourceMind2Web   = "mind2web"
 )
 
-// Task is one thing to do in a browser: where to start, what to do, how to
-// prepare the sandbox and how to tell whether it was done.
+// Task is one thing to do in a browser or on a desktop: where to start,
+// what to do, how to prepare the sandbox and how to tell whether it was
+// done.
 type Task struct {
 	ID              string `json:"id"`
 	Suite           string `json:"suite,omitempty"`
@@ -42,8 +44,22 @@ type Setup struct {
 	Files []File   `json:"files,omitempty"`
 	Exec  []string `json:"exec,omitempty"`
 	// Sandbox is a fragment of a POST /sandboxes body (kind, browser,
-	// memory, ...) merged into the episode's sandbox request.
+	// desktop, memory, ...) merged into the episode's sandbox request. Its
+	// kind is "browser" (the default) or "desktop".
 	Sandbox json.RawMessage `json:"sandbox,omitempty"`
+}
+
+// Kind is the sandbox kind s asks for (api.KindBrowser, api.KindDesktop),
+// or "" when it names none or s is nil.
+func (s *Setup) Kind() string {
+	if s == nil || len(s.Sandbox) == 0 {
+		return ""
+	}
+	var v struct {
+		Kind string `json:"kind"`
+	}
+	_ = json.Unmarshal(s.Sandbox, &v)
+	return v.Kind
 }
 
 // File is written into the sandbox by Setup; Content is text, Base64 binary.
@@ -60,6 +76,7 @@ const (
 	EvalDOMMatch    = "dom_match"
 	EvalJS          = "js"
 	EvalJudge       = "judge"
+	EvalExec        = "exec"
 )
 
 // Eval says how an episode of the task is scored. Which fields apply
@@ -78,6 +95,14 @@ const (
 //     when Count is nil.
 //   - js: Script, an expression evaluated in the final page, must be true.
 //   - judge: an LLM judge reads the trajectory; Criteria adds instructions.
+//   - exec: Command runs in the episode's sandbox when the episode
+//     finishes (in a desktop sandbox with DISPLAY set); it must exit 0
+//     and, when Text is set, print Text on stdout (whitespace-normalised;
+//     case too unless CaseSensitive). For checks of what an app left
+//     behind: a file it saved, a setting it changed.
+//
+// url_match, dom_match and js look at the final page, so they need a
+// browser episode; answer_match, judge and exec work in both kinds.
 type Eval struct {
 	Type          string   `json:"type"`
 	Mode          string   `json:"mode,omitempty"`
@@ -90,6 +115,17 @@ type Eval struct {
 	Count         *int     `json:"count,omitempty"`
 	Script        string   `json:"script,omitempty"`
 	Criteria      string   `json:"criteria,omitempty"`
+	Command       string   `json:"command,omitempty"`
+}
+
+// NeedsPage reports whether e reads the final page of a browser, which a
+// desktop episode does not have.
+func (e Eval) NeedsPage() bool {
+	switch e.Type {
+	case EvalURLMatch, EvalDOMMatch, EvalJS:
+		return true
+	}
+	return false
 }
 
 // Answer-match and URL-match modes.
@@ -159,10 +195,14 @@ func (e Eval) Validate() error {
 			return fmt.Errorf("eval: js needs script")
 		}
 	case EvalJudge:
+	case EvalExec:
+		if strings.TrimSpace(e.Command) == "" {
+			return fmt.Errorf("eval: exec needs command")
+		}
 	case "":
 		return fmt.Errorf("eval: missing type")
 	default:
-		return fmt.Errorf("eval: unknown type %q (want answer_match, url_match, dom_match, js or judge)", e.Type)
+		return fmt.Errorf("eval: unknown type %q (want answer_match, url_match, dom_match, js, judge or exec)", e.Type)
 	}
 	return nil
 }
@@ -195,6 +235,19 @@ func (t Task) Validate() error {
 		if err := t.Eval.Validate(); err != nil {
 			return fmt.Errorf("task %s: %w", t.ID, err)
 		}
+		if err := t.CheckKind(t.Setup.Kind()); err != nil {
+			return fmt.Errorf("task %s: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
+// CheckKind reports, as a plain error, why t cannot run in a sandbox of
+// kind (api.KindBrowser, api.KindDesktop; "" is browser): an eval that
+// reads the final page needs a browser.
+func (t Task) CheckKind(kind string) error {
+	if kind == api.KindDesktop && t.Eval != nil && t.Eval.NeedsPage() {
+		return fmt.Errorf("eval: %s reads the final page of a browser, and a desktop episode has none (use exec, answer_match or judge)", t.Eval.Type)
 	}
 	return nil
 }
@@ -240,8 +293,18 @@ func (s *Setup) validate() error {
 		if err := json.Unmarshal(s.Sandbox, &m); err != nil || m == nil {
 			return fmt.Errorf("setup.sandbox: not a JSON object")
 		}
+		switch k := m["kind"]; k {
+		case nil, api.KindBrowser, api.KindDesktop:
+		default:
+			return fmt.Errorf("setup.sandbox.kind %v: episodes run in a browser or desktop sandbox", jsonText(k))
+		}
 	}
 	return nil
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // invalid is the fault of a malformed task file or task.

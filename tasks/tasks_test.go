@@ -109,6 +109,9 @@ func TestParseErrors(t *testing.T) {
 		{"yaml bad eval", "s.yaml", "suite: s\ntasks:\n  - id: a\n    start_url: https://e.com\n    question: q\n    eval: {type: nope}\n", []string{"s.yaml", "index 0", "unknown type"}},
 		{"yaml bad shape", "s.yaml", "suites: s\n", []string{"s.yaml"}},
 		{"empty", "t.jsonl", "\n// nothing\n", []string{"no tasks"}},
+		{"exec no command", "t.jsonl", `{"id":"a","start_url":"https://e.com","question":"q","eval":{"type":"exec","text":"x"}}`, []string{"line 1", "exec needs command"}},
+		{"shell sandbox", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}}}`, []string{"line 1", `setup.sandbox.kind "shell"`}},
+		{"dom_match on a desktop", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"desktop"}},"eval":{"type":"dom_match","selector":"#r"}}`, []string{"line 1", "dom_match reads the final page"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,5 +264,30 @@ func TestRegistryConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := len(r.List()); n != 2 {
 		t.Errorf("%d suites, want 2", n)
+	}
+}
+
+// A desktop task with an exec check loads; its setup names its kind.
+func TestDesktopTask(t *testing.T) {
+	t.Parallel()
+	ts, err := Parse(strings.NewReader(`{"id":"d","question":"Write hello to /tmp/out.txt.","setup":{"sandbox":{"kind":"desktop","desktop":{"apps":["xterm"]}}},"eval":{"type":"exec","command":"cat /tmp/out.txt","text":"hello"}}`), "d.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := ts[0].Setup.Kind(); k != "desktop" {
+		t.Errorf("kind %q", k)
+	}
+	if e := ts[0].Eval; e.Type != EvalExec || e.Command != "cat /tmp/out.txt" || e.NeedsPage() {
+		t.Errorf("eval = %+v", e)
+	}
+	if err := ts[0].CheckKind("desktop"); err != nil {
+		t.Errorf("exec on a desktop: %v", err)
+	}
+	page := Task{Eval: &Eval{Type: EvalURLMatch, URL: "https://e.com"}}
+	if page.CheckKind("desktop") == nil || page.CheckKind("browser") != nil || page.CheckKind("") != nil {
+		t.Error("url_match: CheckKind does not tell a desktop from a browser")
+	}
+	if (*Setup)(nil).Kind() != "" {
+		t.Error("nil setup has a kind")
 	}
 }
