@@ -32,7 +32,9 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGPIPE too: `orchard demo | head` closes the pipe while sandboxes
+	// run; without it the write kills the process before it removes them.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
 	err := run(ctx, os.Args[1:], os.Getenv)
 	stop()
 	var ee exitError
