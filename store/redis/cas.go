@@ -3,13 +3,11 @@ package redis
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/store"
 )
@@ -123,13 +121,9 @@ func (s *Store) casUpdate(ctx context.Context, l *lease, key string, notFound fu
 		if attempt == 0 {
 			continue // the cached value was stale: read and retry at once
 		}
-		d := time.Duration(rand.Int64N(int64(time.Millisecond) * int64(1+min(attempt, 10))))
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(d):
+		if err := raceBackoff(ctx, attempt); err != nil {
+			return err
 		}
 	}
-	return faults.Newf(faults.CodeStoreUnavailable, faults.Unavailable, faults.Platform,
-		"state store busy: %d concurrent updates of %s, please retry", maxTxAttempts, key)
+	return errBusy(key)
 }

@@ -248,16 +248,29 @@ func (s *Store) update(ctx context.Context, body func(tx *goredis.Tx) error, key
 		case !errors.Is(err, goredis.TxFailedErr):
 			return s.fail(ctx, err)
 		}
-		// Jittered and growing a little, so racing writers spread out.
-		d := time.Duration(rand.Int64N(int64(time.Millisecond) * int64(1+min(attempt, 10))))
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(d):
+		if err := raceBackoff(ctx, attempt); err != nil {
+			return err
 		}
 	}
+	return errBusy(keys[len(keys)-1])
+}
+
+// raceBackoff waits before retrying an update that another writer won:
+// jittered and growing a little, so racing writers spread out.
+func raceBackoff(ctx context.Context, attempt int) error {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) * int64(1+min(attempt, 10))))
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// errBusy is the answer to an update of key that lost every race.
+func errBusy(key string) error {
 	return faults.Newf(faults.CodeStoreUnavailable, faults.Unavailable, faults.Platform,
-		"state store busy: %d concurrent updates of %s, please retry", maxTxAttempts, keys[len(keys)-1])
+		"state store busy: %d concurrent updates of %s, please retry", maxTxAttempts, key)
 }
 
 // CreateSandbox implements store.Store: SET NX of the record and its index
