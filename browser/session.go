@@ -161,7 +161,11 @@ func (s *Session) allocatorOptions() []chromedp.ExecAllocatorOption {
 		"disable-renderer-backgrounding":         true,
 		// SpareRendererForSitePerProcess: no idle renderer kept warm for the
 		// next navigation (20 MB PSS per browser, navigate time unchanged).
-		"disable-features": "Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,SpareRendererForSitePerProcess",
+		// WebUIOmniboxPopup, WebUIOmniboxAimPopup: headless Chromium 156
+		// preloads the omnibox popup of its hidden window as a WebUI page
+		// in a renderer of its own (chrome://omnibox-popup.top-chrome, 60–80
+		// MB PSS); nobody types in that omnibox. Both are needed.
+		"disable-features": "Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,SpareRendererForSitePerProcess,WebUIOmniboxPopup,WebUIOmniboxAimPopup",
 		// With no GPU the GPU process only rasterises in software; in the
 		// browser process it saves its base cost (a browser sandbox went
 		// from 440 to 400 MB PSS with both changes, BenchmarkBrowserStep/memory).
