@@ -582,3 +582,19 @@ var e=document.elementFromPoint(r.left+r.width/2, r.top+r.height/2); return e ? 
 		t.Errorf("after clicking the wrapped link: hash %q, missed %v", got, js[int](t, s, "window.missed || 0"))
 	}
 }
+
+// A click moves the pointer first: the page sees mousemove at the point,
+// then mousedown, mouseup and click there — in that order, although the
+// move is not waited for.
+func TestClickMovesFirst(t *testing.T) {
+	s := openPage(t, "/events.html")
+	for _, p := range [][2]float64{{100, 100}, {300, 250}, {50, 300}} {
+		mustDo(t, s, Action{Type: ActClick, X: fptr(p[0]), Y: fptr(p[1])})
+		at := fmt.Sprintf("@%g,%g", p[0], p[1])
+		got := js[[]string](t, s, "window.events.splice(0)")
+		want := []string{"mousemove" + at, "mousedown" + at, "mouseup" + at, "click" + at}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("click at %v: events %v, want %v", p, got, want)
+		}
+	}
+}

@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/chromedp/cdproto/cdp"
+	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/page"
@@ -34,6 +36,46 @@ func send[P, R any](ctx context.Context, s *Session, t *tab, what string, cmd cd
 		return nil
 	}
 	return s.classify(cctx, t, what, err)
+}
+
+// enqueueGrace is how long enqueue keeps its call waiting once the
+// command is marshalled; chromedp queues it within a microsecond of that.
+const enqueueGrace = 30 * time.Microsecond
+
+// queued marshals a command's parameters for chromedp and then arms the
+// end of the call's wait.
+type queued struct {
+	p     any
+	armed func()
+}
+
+func (q queued) MarshalJSON() ([]byte, error) {
+	b, err := jsonv2.Marshal(q.p, chromedp.DefaultMarshalOptions)
+	q.armed()
+	return b, err
+}
+
+// enqueue sends a command without waiting for its answer, so that the
+// next command follows it on the wire at once. chromedp's Call marshals
+// the parameters, queues the command, then waits for the answer; the
+// marshalling arms a timer that ends the wait a moment later. Should the
+// goroutine stall between the two for longer than that, the command may
+// be dropped: callers use enqueue only where that is harmless (a mouse
+// move before a press that carries the same point), and the command's
+// errors show on the next awaited call to the same target.
+func enqueue(ctx context.Context, t *tab, method string, p any) {
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A timer would do, but Go's timers are late by up to a millisecond
+	// here, which is the whole cost this saves; a short spin is not.
+	armed := func() {
+		go func() {
+			for start := time.Now(); time.Since(start) < enqueueGrace; {
+			}
+			cancel()
+		}()
+	}
+	_ = t.target.Call(qctx, method, queued{p: p, armed: armed}, nil)
 }
 
 // point resolves where a pointer action goes, in viewport CSS pixels.
@@ -63,12 +105,17 @@ func (s *Session) click(ctx context.Context, t *tab, fi frameInfo, a Action) err
 	if err != nil {
 		return err
 	}
-	if err := send(ctx, s, t, a.Type, input.DispatchMouseEvent, input.DispatchMouseEventParams{Type: input.DispatchMouseEventTypeMouseMoved, X: x, Y: y}); err != nil {
-		return err
-	}
+	move := input.DispatchMouseEventParams{Type: input.DispatchMouseEventTypeMouseMoved, X: x, Y: y}
 	if a.Type == ActHover {
-		return nil
+		return send(ctx, s, t, a.Type, input.DispatchMouseEvent, move)
 	}
+	// Chromium answers a mouse move only with the next animation frame
+	// (≈16 ms), but a press dispatches the moves queued before it at once.
+	// So the move is queued without waiting, as Playwright does, and the
+	// press that follows it on the wire settles it. The press and release
+	// are awaited: a lost move only costs the page a mousemove event, a
+	// lost press would cost the click.
+	enqueue(ctx, t, input.CommandDispatchMouseEvent, move)
 	n := max(a.Clicks, 1)
 	if a.Type == ActDoubleClick && a.Clicks == 0 {
 		n = 2
