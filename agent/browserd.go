@@ -644,12 +644,13 @@ const (
 )
 
 // serveStream is the live view: an MJPEG stream (multipart/x-mixed-replace)
-// of the active tab at ?fps= (default 5, at most 10) and ?quality= (JPEG,
-// default 60), until the client goes away or the browser dies.
+// of the active tab at ?fps= (default 5, at most 10), ?quality= (JPEG,
+// default 60) and ?width= (scaled down to it; default the viewport's),
+// until the client goes away or the browser dies.
 func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, log *slog.Logger) error {
 	q := r.URL.Query()
-	fps, quality := defaultStreamFPS, 60
-	for k, dst := range map[string]*int{"fps": &fps, "quality": &quality} {
+	fps, quality, width := defaultStreamFPS, 60, 0
+	for k, dst := range map[string]*int{"fps": &fps, "quality": &quality, "width": &width} {
 		if v := q.Get(k); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -661,7 +662,7 @@ func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, 
 	fps, quality = min(fps, maxStreamFPS), min(quality, 100)
 	// The first frame decides the status: a dead browser is an error, not
 	// an empty stream.
-	frame, err := sess.LiveFrame(r.Context(), quality)
+	frame, err := sess.LiveFrame(r.Context(), quality, width)
 	if err != nil {
 		return err
 	}
@@ -692,7 +693,7 @@ func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, 
 			return nil
 		case <-t.C:
 		}
-		frame, err = sess.LiveFrame(r.Context(), quality)
+		frame, err = sess.LiveFrame(r.Context(), quality, width)
 		if err != nil {
 			if r.Context().Err() != nil || sess.Err() != nil {
 				return nil // the viewer left or the browser died: end the stream

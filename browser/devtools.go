@@ -75,8 +75,10 @@ func (s *Session) DevToolsURL() string { return s.devToolsURL }
 
 // LiveFrame is a JPEG of the active tab's viewport for a live view. It
 // records no observation frame, so viewers never age out the frames an
-// agent's actions refer to; quality is 1–100 (0 means 60).
-func (s *Session) LiveFrame(ctx context.Context, quality int) ([]byte, error) {
+// agent's actions refer to; quality is 1–100 (0 means 60). A width below
+// the viewport's scales the frame down to it in the browser, so a viewer on
+// a slow link gets fewer bytes, not a resampled copy; 0 keeps the size.
+func (s *Session) LiveFrame(ctx context.Context, quality, width int) ([]byte, error) {
 	if quality <= 0 || quality > 100 {
 		quality = 60
 	}
@@ -94,9 +96,18 @@ func (s *Session) LiveFrame(ctx context.Context, quality int) ([]byte, error) {
 	}
 	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
 	defer cancel()
-	res, err := cdp.Call(cctx, t.target, page.CaptureScreenshot, page.CaptureScreenshotParams{
-		Format: page.CaptureScreenshotFormatJpeg, Quality: new(int64(quality)), OptimizeForSpeed: new(true),
-	})
+	p := page.CaptureScreenshotParams{Format: page.CaptureScreenshotFormatJpeg, Quality: new(int64(quality)), OptimizeForSpeed: new(true)}
+	if width > 0 {
+		m, err := cdp.Call(cctx, t.target, page.GetLayoutMetrics, cdp.Empty{})
+		if err != nil {
+			return nil, s.classify(cctx, t, "live view", err)
+		}
+		// The clip is in document coordinates: the viewport as scrolled.
+		if v := m.CSSVisualViewport; v != nil && float64(width) < v.ClientWidth {
+			p.Clip = &page.Viewport{X: v.PageX, Y: v.PageY, Width: v.ClientWidth, Height: v.ClientHeight, Scale: float64(width) / v.ClientWidth}
+		}
+	}
+	res, err := cdp.Call(cctx, t.target, page.CaptureScreenshot, p)
 	if err != nil {
 		return nil, s.classify(cctx, t, "live view", err)
 	}

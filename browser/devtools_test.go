@@ -61,13 +61,24 @@ func TestDevToolsEndpointAndLiveFrame(t *testing.T) {
 	}
 
 	before := s.frameSeq.Load()
-	img, err := s.LiveFrame(ctx, 50)
+	img, err := s.LiveFrame(ctx, 50, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := jpeg.DecodeConfig(bytes.NewReader(img))
 	if err != nil || cfg.Width != 640 || cfg.Height != 480 {
 		t.Fatalf("live frame: %v %+v", err, cfg)
+	}
+	// Scaled down in the browser to a width, the aspect kept; a width at or
+	// past the viewport's keeps the size.
+	for width, want := range map[int][2]int{320: {320, 240}, 640: {640, 480}, 2000: {640, 480}} {
+		img, err := s.LiveFrame(ctx, 50, width)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := jpeg.DecodeConfig(bytes.NewReader(img)); err != nil || cfg.Width != want[0] || cfg.Height != want[1] {
+			t.Fatalf("live frame at width %d: %v %dx%d, want %dx%d", width, err, cfg.Width, cfg.Height, want[0], want[1])
+		}
 	}
 	// Live frames leave the observation frames alone.
 	if n := s.frameSeq.Load(); n != before {

@@ -51,7 +51,8 @@ func (s *Server) browserRoutes() []route {
 			response: map[string]any{}, handler: s.toAgentWith("/browser/cdp/json/version", cdpDiscovery)},
 		{method: "GET", path: "/sandboxes/:id/browser/stream", summary: "Live view of the active tab: MJPEG (multipart/x-mixed-replace) until the client disconnects",
 			query: []queryParam{{"fps", "integer", "frames per second, at most 10 (default 5)", false},
-				{"quality", "integer", "JPEG quality (default 60)", false}},
+				{"quality", "integer", "JPEG quality (default 60)", false},
+				{"width", "integer", "scale frames down to this width (default the viewport's)", false}},
 			handler: s.toAgent("/browser/stream")},
 	}
 }

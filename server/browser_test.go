@@ -256,8 +256,8 @@ func TestBrowserStream(t *testing.T) {
 	srv, id := browserWithPage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	open := func() *http.Response {
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/sandboxes/"+id+"/browser/stream?fps=10&quality=50", nil)
+	open := func(query string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/sandboxes/"+id+"/browser/stream?fps=10&quality=50"+query, nil)
 		req.Header.Set("X-API-Key", srv.APIKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -270,7 +270,9 @@ func TestBrowserStream(t *testing.T) {
 		}
 		return resp
 	}
-	viewers := []*http.Response{open(), open()}
+	// Two viewers at the viewport's size and one scaled down to 400 wide.
+	viewers := []*http.Response{open(""), open(""), open("&width=400")}
+	sizes := [][2]int{{800, 600}, {800, 600}, {400, 300}}
 	defer func() {
 		for _, v := range viewers {
 			v.Body.Close()
@@ -316,8 +318,8 @@ func TestBrowserStream(t *testing.T) {
 			if err != nil {
 				t.Fatalf("viewer %d part %d: %v", i, n, err)
 			}
-			if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 600 {
-				t.Fatalf("viewer %d part %d: %v", i, n, b)
+			if b := img.Bounds(); b.Dx() != sizes[i][0] || b.Dy() != sizes[i][1] {
+				t.Fatalf("viewer %d part %d: %v, want %dx%d", i, n, b, sizes[i][0], sizes[i][1])
 			}
 		}
 	}
