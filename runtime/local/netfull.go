@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -203,7 +204,12 @@ func deleteLink(name string) error {
 		}
 		return err
 	}
-	return netlink.LinkDel(link)
+	// The kernel deletes the pair by itself when the sandbox's namespace
+	// goes away, which may happen between the lookup and the delete.
+	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, syscall.ENODEV) {
+		return err
+	}
+	return nil
 }
 
 func ipNet(a netip.Addr, bits int) *net.IPNet {
