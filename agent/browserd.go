@@ -404,17 +404,37 @@ func (s *Server) startDaemon(ctx context.Context, kind daemonKind, sock, opts st
 			writeJSON(w, f.StatusOf(), faults.EnvelopeOf(f))
 		},
 	}
-	c, err := b.spawn()
-	if err != nil {
-		return nil, err
-	}
-	if err := b.awaitReady(ctx, c); err != nil {
+	// A daemon that exits while starting is started again a couple of
+	// times: Chromium now and then exits at launch under load, and the
+	// supervisor only covers a daemon that was up.
+	var c *child
+	for attempt := 1; ; attempt++ {
+		var err error
+		if c, err = b.spawn(); err != nil {
+			return nil, err
+		}
+		err = b.awaitReady(ctx, c)
+		if err == nil {
+			break
+		}
 		_ = c.signalGroup(syscall.SIGKILL)
-		return nil, err
+		if attempt == daemonStartAttempts || faults.Of(err).Category != faults.Unavailable || ctx.Err() != nil {
+			return nil, err
+		}
+		s.log.Warn("daemon exited while starting; starting it again", "daemon", kind.name, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
 	}
 	go b.supervise(ctx, c)
 	return b, nil
 }
+
+// daemonStartAttempts bounds the starts of a daemon that exits while
+// starting; one that keeps exiting is misconfigured, not unlucky.
+const daemonStartAttempts = 3
 
 func (b *browserProc) spawn() (*child, error) {
 	exe, err := os.Executable()

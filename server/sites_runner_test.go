@@ -61,10 +61,13 @@ func TestBundledRandomPolicy(t *testing.T) {
 	testenv.RequireChromium(t)
 	srv := testserver.Start(t, testserver.Options{})
 	ts := bundledTasks(t, srv, 2, "shop-browse", "wiki-browse", "recipes-browse")
+	// An environment fault (a browser that fails to launch on a loaded
+	// machine) is re-queued as a trainer would; it is not the policy's.
 	s := runBundled(t, runner.Config{Client: client.New(srv.URL, srv.APIKey), Tasks: ts, Concurrency: 3, MaxSteps: 6,
-		Observe: map[string]any{"screenshot": "none", "som": true}, Policy: runner.Random(1)})
-	t.Logf("random policy: %d/%d success (%.0f%%), %d failure, %d env_error, %d error",
-		s.Success, s.Total, 100*s.SuccessRate, s.Failure, s.EnvError, s.Error)
+		Observe: map[string]any{"screenshot": "none", "som": true}, Policy: runner.Random(1),
+		Requeue: runner.Requeue{MaxAttempts: 3, Budget: 5}})
+	t.Logf("random policy: %d/%d success (%.0f%%), %d failure, %d env_error, %d error; %d re-queued %+v",
+		s.Success, s.Total, 100*s.SuccessRate, s.Failure, s.EnvError, s.Error, s.Requeued, s.EnvErrors)
 	if s.EnvError+s.Error+s.Canceled != 0 {
 		t.Fatalf("random policy: episodes did not end cleanly: %+v %+v", s.EnvErrors, s.Errors)
 	}
