@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -363,7 +364,10 @@ func (s *Server) createEpisode(c *gin.Context) error {
 			}
 		}
 	}
-	if err := episodeKind(&p, spec, task); err != nil {
+	if err := sandboxParams(&p, spec, "body", "sandbox"); err != nil {
+		return err
+	}
+	if err := episodeKind(&p, task); err != nil {
 		return err
 	}
 	ep.Kind = p.Kind
@@ -373,32 +377,11 @@ func (s *Server) createEpisode(c *gin.Context) error {
 			ep.Observe = map[string]any{"screenshot": "jpeg"}
 		}
 	}
-	if spec.Image != "" {
-		p.Image = spec.Image
+	p.Labels = maps.Clone(p.Labels)
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
 	}
-	if spec.BlockNetwork != nil {
-		p.BlockNetwork = *spec.BlockNetwork
-	}
-	if spec.Memory != nil {
-		p.Memory = *spec.Memory
-	}
-	if spec.CPU != nil {
-		p.CPU = *spec.CPU
-	}
-	if spec.Egress != nil {
-		p.EgressAllow = spec.Egress.Allow
-	}
-	if len(spec.Faults) > 0 && string(spec.Faults) != "null" {
-		var plan faults.Plan
-		if err := json.Unmarshal(spec.Faults, &plan); err != nil {
-			return faults.Wrap(err, faults.CodeFaultPlanInvalid, faults.InvalidRequest, faults.Client, "faults: "+err.Error())
-		}
-		if err := plan.Validate(); err != nil {
-			return err
-		}
-		p.Faults, _ = json.Marshal(plan)
-	}
-	p.Labels = map[string]string{"orchard.episode": ep.ID}
+	p.Labels["orchard.episode"] = ep.ID
 	// Nobody knows the id yet: the lock is free, and held from here so the
 	// first state written is the whole first step's.
 	ctx, lease, unlock, err := s.eps.lock(c.Request.Context(), ep.ID)
@@ -451,37 +434,23 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	return nil
 }
 
-// episodeKind sets p's kind and kind options from spec, the episode's
-// merged sandbox settings: a browser unless spec says desktop, with the
-// settings of that kind as POST /sandboxes passes them. A desktop episode
-// of a task with a start_url opens it in the desktop's chromium app unless
-// the desktop settings name a url of their own.
-func episodeKind(p *manager.CreateParams, spec api.CreateSandboxRequest, task tasks.Task) error {
-	has := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
-	switch spec.Kind {
-	case "", api.KindBrowser:
-		p.Kind = api.KindBrowser
-		if has(spec.Desktop) {
-			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "desktop"},
-				Msg: "desktop settings need kind \"desktop\"", Input: jsonInput(spec.Desktop)})
-		}
-		p.KindOptions = spec.Browser
+// episodeKind checks the sandbox kind of an episode (p as the request and
+// the task set it, settings already checked against it): a browser, or a
+// desktop whose chromium app opens the task's start URL unless told
+// otherwise.
+func episodeKind(p *manager.CreateParams, task tasks.Task) error {
+	switch p.Kind {
+	case api.KindBrowser:
 	case api.KindDesktop:
-		p.Kind = api.KindDesktop
-		if has(spec.Browser) {
-			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "browser"},
-				Msg: "browser settings need kind \"browser\"", Input: jsonInput(spec.Browser)})
-		}
 		if err := task.CheckKind(api.KindDesktop); err != nil {
 			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s: %v", task.ID, err)
 		}
-		p.KindOptions = spec.Desktop
 		if task.StartURL != "" {
 			opts := map[string]any{}
-			if has(spec.Desktop) {
-				if err := json.Unmarshal(spec.Desktop, &opts); err != nil || opts == nil {
+			if len(p.KindOptions) > 0 && string(p.KindOptions) != "null" {
+				if err := json.Unmarshal(p.KindOptions, &opts); err != nil || opts == nil {
 					return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "desktop"},
-						Msg: "desktop settings must be an object", Input: jsonInput(spec.Desktop)})
+						Msg: "desktop settings must be an object", Input: jsonInput(p.KindOptions)})
 				}
 			}
 			if _, ok := opts["url"]; !ok {
@@ -491,7 +460,7 @@ func episodeKind(p *manager.CreateParams, spec api.CreateSandboxRequest, task ta
 		}
 	default:
 		return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "sandbox", "kind"},
-			Msg: "episodes run in a \"browser\" or \"desktop\" sandbox", Input: spec.Kind})
+			Msg: "episodes run in a \"browser\" or \"desktop\" sandbox", Input: p.Kind})
 	}
 	return nil
 }

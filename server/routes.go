@@ -131,17 +131,49 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	if req.Image == "" && !strings.Contains(string(raw), `"image"`) {
 		return errValidation(missingField("body", "image", jsonInput(raw)))
 	}
-	p := manager.CreateParams{Image: req.Image, BlockNetwork: true, Kind: req.Kind, Env: req.Env, Labels: req.Labels}
-	if len(req.Browser) > 0 && string(req.Browser) != "null" {
-		if req.Kind != api.KindBrowser {
-			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "browser"},
+	p := manager.CreateParams{BlockNetwork: true}
+	if err := sandboxParams(&p, req, "body"); err != nil {
+		return err
+	}
+	rec, err := s.mgr.Create(c.Request.Context(), p)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, api.CreateSandboxResponse{
+		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
+		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
+	})
+	return nil
+}
+
+// sandboxParams applies a POST /sandboxes body to p, validating it; loc is
+// where the body is in the request, for validation errors. POST /episodes
+// uses it for its "sandbox" field, over defaults of its own.
+func sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ...any) error {
+	at := func(field ...any) []any { return append(append([]any(nil), loc...), field...) }
+	has := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	if req.Image != "" {
+		p.Image = req.Image
+	}
+	if req.Kind != "" {
+		p.Kind = req.Kind
+	}
+	if req.Env != nil {
+		p.Env = req.Env
+	}
+	if req.Labels != nil {
+		p.Labels = req.Labels
+	}
+	if has(req.Browser) {
+		if p.Kind != api.KindBrowser {
+			return errValidation(validationItem{Type: "value_error", Loc: at("browser"),
 				Msg: "browser settings need kind \"browser\"", Input: jsonInput(req.Browser)})
 		}
 		p.KindOptions = req.Browser
 	}
-	if len(req.Desktop) > 0 && string(req.Desktop) != "null" {
-		if req.Kind != api.KindDesktop {
-			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "desktop"},
+	if has(req.Desktop) {
+		if p.Kind != api.KindDesktop {
+			return errValidation(validationItem{Type: "value_error", Loc: at("desktop"),
 				Msg: "desktop settings need kind \"desktop\"", Input: jsonInput(req.Desktop)})
 		}
 		p.KindOptions = req.Desktop
@@ -158,16 +190,16 @@ func (s *Server) createSandbox(c *gin.Context) error {
 		case "", runtime.NetworkProxy:
 		case runtime.NetworkFull:
 			if len(req.Egress.Allow) > 0 {
-				return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "egress", "allow"},
+				return errValidation(validationItem{Type: "value_error", Loc: at("egress", "allow"),
 					Msg: "egress.allow needs mode \"proxy\": full-network mode cannot filter by host name", Input: req.Egress.Allow})
 			}
 			p.NetworkMode = runtime.NetworkFull
 		default:
-			return errValidation(validationItem{Type: "value_error", Loc: []any{"body", "egress", "mode"},
+			return errValidation(validationItem{Type: "value_error", Loc: at("egress", "mode"),
 				Msg: "egress.mode must be \"proxy\" or \"full\"", Input: req.Egress.Mode})
 		}
 	}
-	if len(req.Faults) > 0 && string(req.Faults) != "null" {
+	if has(req.Faults) {
 		var plan faults.Plan
 		if err := json.Unmarshal(req.Faults, &plan); err != nil {
 			return faults.Wrap(err, faults.CodeFaultPlanInvalid, faults.InvalidRequest, faults.Client, "faults: "+err.Error())
@@ -192,14 +224,6 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	if req.TTLSeconds != nil {
 		p.TTLSeconds = *req.TTLSeconds
 	}
-	rec, err := s.mgr.Create(c.Request.Context(), p)
-	if err != nil {
-		return err
-	}
-	c.JSON(http.StatusOK, api.CreateSandboxResponse{
-		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
-		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
-	})
 	return nil
 }
 
