@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -924,21 +925,32 @@ func (s *Server) deleteEpisode(c *gin.Context) error {
 }
 
 // Suites loaded with POST /tasks are kept in the store too, so that every
-// replica knows them; each replica's registry follows the store.
-const suiteDoc = "task-suite"
+// replica knows them; each replica's registry follows the store. A suite's
+// hash is a document of its own, so the check made before each episode
+// reads a few bytes per suite, and a suite only when it changed.
+const (
+	suiteDoc    = "task-suite"
+	suiteSumDoc = "task-suite-sum"
+)
 
 // syncSuites loads into the registry the suites of the store that it does
 // not have in their stored version.
 func (s *Server) syncSuites(ctx context.Context) error {
-	docs, err := s.eps.docs.ListDocs(ctx, suiteDoc)
+	sums, err := s.eps.docs.ListDocs(ctx, suiteSumDoc)
 	if err != nil {
 		return err
 	}
 	s.suitesMu.Lock()
 	defer s.suitesMu.Unlock()
-	for name, b := range docs {
-		sum := sha256.Sum256(b)
-		if s.suiteSums[name] == sum {
+	for name, sum := range sums {
+		if s.suiteSums[name] == string(sum) {
+			continue
+		}
+		b, ok, err := s.eps.docs.GetDoc(ctx, suiteDoc, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
 		}
 		var list []tasks.Task
@@ -950,7 +962,7 @@ func (s *Server) syncSuites(ctx context.Context) error {
 			s.log.Warn("tasks: stored suite does not load", "suite", name, "err", err)
 			continue
 		}
-		s.suiteSums[name] = sum
+		s.suiteSums[name] = string(sum)
 	}
 	return nil
 }
@@ -991,11 +1003,18 @@ func (s *Server) loadTasks(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	sum := sha256.Sum256(b)
+	hexSum := hex.EncodeToString(sum[:])
+	// The suite before its hash: a replica that sees the new hash finds
+	// the new suite.
 	if err := s.eps.docs.PutDoc(c.Request.Context(), suiteDoc, suite, b, 0); err != nil {
 		return err
 	}
+	if err := s.eps.docs.PutDoc(c.Request.Context(), suiteSumDoc, suite, []byte(hexSum), 0); err != nil {
+		return err
+	}
 	s.suitesMu.Lock()
-	s.suiteSums[suite] = sha256.Sum256(b)
+	s.suiteSums[suite] = hexSum
 	s.suitesMu.Unlock()
 	c.JSON(http.StatusOK, gin.H{"suite": suite, "tasks": len(list)})
 	return nil

@@ -67,8 +67,8 @@ type Server struct {
 	routes    []route
 
 	eps       *episodeStore
-	suitesMu  sync.Mutex          // guards suiteSums
-	suiteSums map[string][32]byte // suite → hash of the stored version the registry has
+	suitesMu  sync.Mutex        // guards suiteSums
+	suiteSums map[string]string // suite → hash of the stored version the registry has
 	tasks     *tasks.Registry
 	evaluator *evaluate.Evaluator
 	recs      *recordings.Store // nil without Config.RecordingsDir
@@ -93,7 +93,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 		cfg.Tasks = tasks.NewRegistry()
 	}
 	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New(),
-		eps: newEpisodeStore(mgr.Store()), suiteSums: map[string][32]byte{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
+		eps: newEpisodeStore(mgr.Store()), suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
 	if cfg.RecordingsDir != "" {
 		recs, err := recordings.NewStore(cfg.RecordingsDir)
 		if err != nil {
