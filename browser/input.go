@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -38,44 +38,72 @@ func send[P, R any](ctx context.Context, s *Session, t *tab, what string, cmd cd
 	return s.classify(cctx, t, what, err)
 }
 
-// enqueueGrace is how long enqueue keeps its call waiting once the
-// command is marshalled; chromedp queues it within a microsecond of that.
-const enqueueGrace = 30 * time.Microsecond
-
-// queued marshals a command's parameters for chromedp and then arms the
-// end of the call's wait.
+// queued marshals a command's parameters for chromedp and then arms its
+// call's context.
 type queued struct {
-	p     any
-	armed func()
+	p   any
+	ctx *sentCtx
 }
 
 func (q queued) MarshalJSON() ([]byte, error) {
 	b, err := jsonv2.Marshal(q.p, chromedp.DefaultMarshalOptions)
-	q.armed()
+	q.ctx.arm()
 	return b, err
 }
 
-// enqueue sends a command without waiting for its answer, so that the
-// next command follows it on the wire at once. chromedp's Call marshals
-// the parameters, queues the command, then waits for the answer; the
-// marshalling arms a timer that ends the wait a moment later. Should the
-// goroutine stall between the two for longer than that, the command may
-// be dropped: callers use enqueue only where that is harmless (a mouse
-// move before a press that carries the same point), and the command's
-// errors show on the next awaited call to the same target.
-func enqueue(ctx context.Context, t *tab, method string, p any) {
-	qctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// A timer would do, but Go's timers are late by up to a millisecond
-	// here, which is the whole cost this saves; a short spin is not.
-	armed := func() {
-		go func() {
-			for start := time.Now(); time.Since(start) < enqueueGrace; {
-			}
-			cancel()
-		}()
+// closed is a channel that is always ready.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// sentCtx is the context of a chromedp call that must return as soon as
+// its command is queued. chromedp's Call asks for Done three times in one
+// goroutine: when it derives its listener's context (before it marshals
+// the parameters), in the select that queues the command, and in the one
+// that waits for the answer. So: never done until the parameters are
+// marshalled, not done at the next ask — the queueing select can only
+// queue — and done from then on, which ends the wait at once. No timing is
+// involved; TestClickMovesFirst fails if chromedp ever changes that order.
+type sentCtx struct {
+	context.Context // the caller's values
+
+	mu    sync.Mutex // guards armed and asks
+	armed bool
+	asks  int
+}
+
+func (c *sentCtx) arm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = true
+}
+
+func (c *sentCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.armed {
+		return nil
 	}
-	_ = t.target.Call(qctx, method, queued{p: p, armed: armed}, nil)
+	if c.asks++; c.asks == 1 {
+		return nil
+	}
+	return closed
+}
+
+func (c *sentCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed && c.asks > 1 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// enqueue sends a command without waiting for its answer, so that the
+// next command follows it on the wire at once (see sentCtx). The answer
+// is dropped; the command's errors show on the next awaited call to the
+// same target.
+func enqueue(ctx context.Context, t *tab, method string, p any) {
+	qctx := &sentCtx{Context: context.WithoutCancel(ctx)}
+	_ = t.target.Call(qctx, method, queued{p: p, ctx: qctx}, nil)
 }
 
 // point resolves where a pointer action goes, in viewport CSS pixels.
@@ -111,10 +139,9 @@ func (s *Session) click(ctx context.Context, t *tab, fi frameInfo, a Action) err
 	}
 	// Chromium answers a mouse move only with the next animation frame
 	// (≈16 ms), but a press dispatches the moves queued before it at once.
-	// So the move is queued without waiting, as Playwright does, and the
-	// press that follows it on the wire settles it. The press and release
-	// are awaited: a lost move only costs the page a mousemove event, a
-	// lost press would cost the click.
+	// So the move and each press are queued without waiting, as Playwright
+	// does, and the release that follows them on the wire is awaited: its
+	// answer comes after theirs, and their errors show on it.
 	enqueue(ctx, t, input.CommandDispatchMouseEvent, move)
 	n := max(a.Clicks, 1)
 	if a.Type == ActDoubleClick && a.Clicks == 0 {
@@ -122,11 +149,9 @@ func (s *Session) click(ctx context.Context, t *tab, fi frameInfo, a Action) err
 	}
 	btn, mask := buttonOf(a.Button)
 	for i := 1; i <= n; i++ {
-		if err := send(ctx, s, t, a.Type, input.DispatchMouseEvent, input.DispatchMouseEventParams{
+		enqueue(ctx, t, input.CommandDispatchMouseEvent, input.DispatchMouseEventParams{
 			Type: input.DispatchMouseEventTypeMousePressed, X: x, Y: y, Button: btn, Buttons: mask, ClickCount: int64(i),
-		}); err != nil {
-			return err
-		}
+		})
 		if err := send(ctx, s, t, a.Type, input.DispatchMouseEvent, input.DispatchMouseEventParams{
 			Type: input.DispatchMouseEventTypeMouseReleased, X: x, Y: y, Button: btn, ClickCount: int64(i),
 		}); err != nil {
