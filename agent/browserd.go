@@ -42,6 +42,8 @@ type BrowserOptions struct {
 	Headless          *bool            `json:"headless,omitempty"`
 	AutoAcceptDialogs bool             `json:"auto_accept_dialogs,omitempty"`
 	FocusNewTabs      bool             `json:"focus_new_tabs,omitempty"`
+	// FastFrames: see browser.Options.FastFrames.
+	FastFrames bool `json:"fast_frames,omitempty"`
 	// ProxyServer is the sandbox's egress proxy, set by the agent.
 	ProxyServer string `json:"proxy_server,omitempty"`
 	// Timeouts of the layers below an action, in milliseconds (0: the
@@ -63,7 +65,7 @@ type BrowserOptions struct {
 func (o BrowserOptions) session(log *slog.Logger) browser.Options {
 	bo := browser.Options{
 		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
-		Headless: o.Headless, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, Logger: log,
+		Headless: o.Headless, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, FastFrames: o.FastFrames, Logger: log,
 		// GET /browser/cdp proxies to it.
 		DevTools: true,
 	}

@@ -115,3 +115,80 @@ func BenchmarkInput(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkNavigate loads a page (a new navigation each time, like
+// Playwright's page.goto), with the default settle wait after the load
+// and with a 1 ms one, which leaves the wait for the load event alone:
+// what page.goto waits for.
+func BenchmarkNavigate(b *testing.B) {
+	s := openPage(b, "/basic.html")
+	benchNavigate(b, s)
+}
+
+func benchNavigate(b *testing.B, s *Session) {
+	for _, settle := range []time.Duration{0, time.Millisecond} {
+		name := "settle=default"
+		if settle > 0 {
+			name = "settle=" + settle.String()
+		}
+		b.Run(name, func(b *testing.B) {
+			oldQ, oldI := s.opts.SettleQuiet, s.opts.SettleIdle
+			if settle > 0 {
+				s.opts.SettleQuiet, s.opts.SettleIdle = settle, settle
+			}
+			defer func() { s.opts.SettleQuiet, s.opts.SettleIdle = oldQ, oldI }()
+			ctx := context.Background()
+			for b.Loop() {
+				res, err := s.Do(ctx, []Action{{Type: ActNavigate, URL: site.URL + "/basic.html"}})
+				if err != nil || !res[0].OK {
+					b.Fatalf("navigate: %v %+v", err, res)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFastFrames repeats the screenshot, step and navigate benchmarks
+// on a browser with Options.FastFrames.
+func BenchmarkFastFrames(b *testing.B) {
+	s := launchFastFrames(b)
+	ctx := context.Background()
+	if _, err := s.Do(ctx, []Action{{Type: ActNavigate, URL: site.URL + "/form.html"}}); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		o    ObserveOptions
+	}{
+		{"observe/jpeg", ObserveOptions{Screenshot: "jpeg"}},
+		{"observe/png", ObserveOptions{Screenshot: "png"}},
+		{"observe/jpeg_som", ObserveOptions{Screenshot: "jpeg", SOM: true}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.Observe(ctx, c.o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("navigate", func(b *testing.B) { benchNavigate(b, s) })
+	if _, err := s.Do(ctx, []Action{{Type: ActNavigate, URL: site.URL + "/basic.html"}}); err != nil {
+		b.Fatal(err)
+	}
+	for _, quiet := range []time.Duration{defaultSettleQuiet, 50 * time.Millisecond} {
+		b.Run("step/quiet="+quiet.String(), func(b *testing.B) {
+			old := s.opts.SettleQuiet
+			s.opts.SettleQuiet = quiet
+			defer func() { s.opts.SettleQuiet = old }()
+			for b.Loop() {
+				if _, err := s.Do(ctx, []Action{{Type: ActClick, X: fptr(650), Y: fptr(320)}}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Observe(ctx, ObserveOptions{Screenshot: "jpeg", SOM: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

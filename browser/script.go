@@ -12,6 +12,9 @@ import (
 //go:embed page.js
 var pageJS string
 
+//go:embed pacer.js
+var pacerJS string
+
 // libExpr is an expression that installs the page library in the current
 // document if needed (under a symbol, not enumerable) and calls it.
 func libExpr(call string) string {

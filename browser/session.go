@@ -182,6 +182,9 @@ func (s *Session) allocatorOptions() []chromedp.ExecAllocatorOption {
 	if *o.Headless {
 		flags["headless"] = true
 	}
+	if o.FastFrames {
+		flags["disable-frame-rate-limit"] = true
+	}
 	if smallShm() {
 		// Chromium crashes when a small /dev/shm (64 MB in a default
 		// container) fills up; /tmp holds the shared memory instead.

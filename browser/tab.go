@@ -168,6 +168,15 @@ func (t *tab) setup(ctx context.Context) error {
 			return fmt.Errorf("set timezone: %w", err)
 		}
 	}
+	if o.FastFrames {
+		// Installed in every document the tab loads from now on, and in the
+		// one it shows (a popup is attached after its page started).
+		if _, err := cdp.Call(ctx, t.target, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: pacerJS, RunImmediately: new(true),
+		}); err != nil {
+			return fmt.Errorf("install frame pacer: %w", err)
+		}
+	}
 	// A page opened by another may already show a dialog or be loading.
 	t.mu.Lock()
 	t.url = ""
