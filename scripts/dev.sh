@@ -49,6 +49,9 @@ build() {
   CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/orchard-agent ./cmd/orchard-agent
   cp bin/orchard-agent agentbin/orchard-agent
   go build -trimpath -tags embedagent,seccomp -ldflags "-X main.version=$ver" -o bin/orchard ./cmd/orchard
+  # The containers' init; bin/orchard finds it beside itself. Same tags as
+  # the server: both halves of libcontainer's start-up must agree.
+  go build -trimpath -tags seccomp -ldflags "-s -w" -o bin/orchard-init ./cmd/orchard-init
 }
 
 cmd=${1:-}

@@ -25,6 +25,7 @@ type Config struct {
 	RedisPrefix string // REDIS_PREFIX / ORCHARD_REDIS_PREFIX: key prefix, so several servers can share one Redis
 	RedisCACert string // REDIS_CA_CERT: PEM file of CAs trusted for rediss:// besides the system roots
 	AgentPath   string // ORCHARD_AGENT: the agent binary when not embedded
+	InitPath    string // ORCHARD_INIT: orchard-init when not beside this binary
 	LogLevel    string // LOG_LEVEL
 	LogFormat   string // LOG_FORMAT: json | text
 	// EgressAllowPrivate lists private ranges (CIDR or address, comma
@@ -119,6 +120,7 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 		}
 	}
 	str("ORCHARD_AGENT", &cfg.AgentPath)
+	str("ORCHARD_INIT", &cfg.InitPath)
 	str("REDIS_URL", &cfg.RedisURL)
 	str("REDIS_PREFIX", &cfg.RedisPrefix)
 	str("ORCHARD_REDIS_PREFIX", &cfg.RedisPrefix)

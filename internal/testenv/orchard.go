@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -39,4 +40,37 @@ func OrchardBinary(t testing.TB) string {
 
 func buildOrchard() (string, string) {
 	return buildCached("orchard", "./cmd/orchard", "CGO_ENABLED=1", "seccomp")
+}
+
+// InitBinaryEnv names a prebuilt orchard-init binary for InitBinary.
+const InitBinaryEnv = "ORCHARD_INIT"
+
+// initBuild builds orchard-init at most once per test process.
+var initBuild struct {
+	once sync.Once
+	path string
+	err  string
+}
+
+// InitBinary returns the path of an orchard-init binary (the containers'
+// init, see runtime/local.ReexecSealed) built from this source tree:
+// $ORCHARD_INIT when set, otherwise ./cmd/orchard-init built once per test
+// process into the user's cache directory, with the seccomp tag when the
+// calling test binary has it (both sides must agree on the filter).
+// Without a t (TestMain runs before any test), a failed build is an error.
+func InitBinary(seccomp bool) (string, error) {
+	if p := os.Getenv(InitBinaryEnv); p != "" {
+		return p, nil
+	}
+	initBuild.once.Do(func() {
+		name, tags := "orchard-init", []string(nil)
+		if seccomp {
+			name, tags = "orchard-init-seccomp", []string{"seccomp"}
+		}
+		initBuild.path, initBuild.err = buildCached(name, "./cmd/orchard-init", "CGO_ENABLED=1", tags...)
+	})
+	if initBuild.err != "" {
+		return "", errors.New("build orchard-init: " + initBuild.err)
+	}
+	return initBuild.path, nil
 }

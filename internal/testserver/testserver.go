@@ -95,7 +95,12 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	// Background work may log after a test ends, so logs go to stderr.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, Logger: log})
+	// Containers start from orchard-init, as the server's do.
+	initPath, err := testenv.InitBinary(local.SeccompEnabled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, InitPath: initPath, Logger: log})
 	if err != nil {
 		t.Fatalf("local runtime: %v", err)
 	}

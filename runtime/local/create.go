@@ -122,9 +122,15 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 		return runtime.Instance{}, createFailed(id, "open agent log", err)
 	}
 	defer logf.Close()
+	extra := []*os.File{lnFile}
+	if l.init != nil {
+		// Last, so the agent's descriptors keep their numbers: the init
+		// closes this one when it becomes orchard-init (initredirect.go).
+		extra = append(extra, l.init)
+	}
 	proc := &libcontainer.Process{
 		Args:       agentArgs(spec, l.pidsLimit(spec)),
-		ExtraFiles: []*os.File{lnFile},
+		ExtraFiles: extra,
 		Env:        agentEnv(img, workdir, spec.Env),
 		Cwd:        workdir,
 		Stdout:     logf,

@@ -52,7 +52,9 @@ func newLocal(t testing.TB, mod ...func(*Config)) *Local {
 	cfg := Config{
 		StateDir:  dir,
 		AgentPath: testenv.AgentBinary(t),
-		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		// The path the server takes (scripts/dev.sh installs orchard-init).
+		InitPath: initBinary(t),
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	for _, f := range mod {
 		f(&cfg)

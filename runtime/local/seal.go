@@ -3,6 +3,7 @@ package local
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/opencontainers/runc/libcontainer/exeseal"
 	"golang.org/x/sys/unix"
@@ -48,4 +49,34 @@ func ReexecSealed() error {
 	}
 	path := fmt.Sprintf("/proc/self/fd/%d", sealed.Fd())
 	return fmt.Errorf("re-exec sealed binary: %w", unix.Exec(path, os.Args, os.Environ()))
+}
+
+// sealInit returns a sealed in-memory copy of the orchard-init binary at
+// path, named so that initredirect.go finds it in a container's init.
+// Sealed for the reason the server's own copy is (see ReexecSealed): a
+// container must never be able to change what later inits run.
+func sealInit(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("not an executable file")
+	}
+	sealed, err := exeseal.CloneBinary(f, st.Size(), "orchard-init", os.TempDir())
+	if err != nil {
+		return nil, fmt.Errorf("seal: %w", err)
+	}
+	// CloneBinary falls back to a sealed temporary file where memfds are
+	// missing; the redirect finds only a memfd.
+	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", sealed.Fd())); !strings.HasPrefix(link, "/memfd:") || !exeseal.IsCloned(sealed) {
+		sealed.Close()
+		return nil, fmt.Errorf("seal: no sealable memfd on this kernel")
+	}
+	return sealed, nil
 }

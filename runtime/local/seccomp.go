@@ -17,6 +17,10 @@ import (
 // asks for a filter fails to start, so sandboxes then run without one.
 const seccompEnabled = seccomp.Enabled
 
+// SeccompEnabled reports whether this binary filters sandboxes' syscalls
+// (see seccompEnabled); orchard-init must be built with the same choice.
+const SeccompEnabled = seccompEnabled
+
 // sandboxSeccomp is Docker's default seccomp profile (moby's), resolved for
 // this host's architecture and kernel and for the capabilities sandboxes
 // get: the profile allows some syscalls only to holders of a capability
