@@ -346,8 +346,15 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	egressDirect := fs.Bool("egress-direct", false, "dial from inside the sandbox instead of through the server's tunnel")
 	egressAllow := fs.String("egress-allow", "", "with --egress-direct: comma-separated host patterns to allow (empty: all)")
 	faultPlan := fs.String("faults", "", "fault plan (JSON) to inject, for testing attribution")
+	seccompFD := fs.Int("seccomp-fd", -1, "install the seccomp BPF program read from this inherited descriptor before anything else")
+	seccompFlags := fs.Uint("seccomp-flags", 0, "seccomp(2) flags to install the program with (TSYNC is always added)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *seccompFD >= 0 {
+		if err := installSeccomp(*seccompFD, *seccompFlags); err != nil {
+			return err
+		}
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	version := "devel"

@@ -144,11 +144,17 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 	if len(hostname) > 63 {
 		hostname = hostname[:63]
 	}
+	sc := l.seccomp
+	if l.seccompProg != nil {
+		// The agent installs the precompiled program before it does
+		// anything else (agentArgs).
+		sc = nil
+	}
 	return &configs.Config{
 		Rootfs:          rootfs,
 		Hostname:        hostname,
 		NoNewPrivileges: true,
-		Seccomp:         l.seccomp,
+		Seccomp:         sc,
 		OomScoreAdj:     oom,
 		Capabilities: &configs.Capabilities{
 			Bounding:  capabilities,

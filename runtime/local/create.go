@@ -123,13 +123,18 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	}
 	defer logf.Close()
 	extra := []*os.File{lnFile}
+	seccompFD := -1
+	if l.seccompProg != nil {
+		seccompFD = 3 + len(extra)
+		extra = append(extra, l.seccompProg)
+	}
 	if l.init != nil {
 		// Last, so the agent's descriptors keep their numbers: the init
 		// closes this one when it becomes orchard-init (initredirect.go).
 		extra = append(extra, l.init)
 	}
 	proc := &libcontainer.Process{
-		Args:       agentArgs(spec, l.pidsLimit(spec)),
+		Args:       agentArgs(spec, l.pidsLimit(spec), seccompFD, l.seccompFlags),
 		ExtraFiles: extra,
 		Env:        agentEnv(img, workdir, spec.Env),
 		Cwd:        workdir,
@@ -333,10 +338,14 @@ func agentThreads(pidsLimit int64) int {
 	return int(min(8, max(4, pidsLimit/8)))
 }
 
-// agentArgs is the agent's command line: serve on the inherited socket
+// agentArgs is the agent's command line: install the seccomp program from
+// seccompFD (when not -1) with seccompFlags, serve on the inherited socket
 // (fd 3), reserve threads, and run the sandbox's kind.
-func agentArgs(spec runtime.Spec, pids int64) []string {
+func agentArgs(spec runtime.Spec, pids int64, seccompFD int, seccompFlags uint) []string {
 	args := []string{agentMount, "--listen-fd", "3", "--reserve-threads", strconv.Itoa(agentThreads(pids))}
+	if seccompFD >= 0 {
+		args = append(args, "--seccomp-fd", strconv.Itoa(seccompFD), "--seccomp-flags", strconv.FormatUint(uint64(seccompFlags), 10))
+	}
 	if spec.Kind != "" {
 		args = append(args, "--kind", spec.Kind)
 	}

@@ -151,6 +151,12 @@ type Local struct {
 	// kernel and libseccomp. Read-only once built. Nil when seccomp is not
 	// compiled in.
 	seccomp *configs.Seccomp
+	// seccompProg is seccomp compiled once (compileSeccomp), in a sealed
+	// memfd that every sandbox's agent installs from; nil when compiling
+	// failed, and then libcontainer compiles seccomp in each init. Closed
+	// by Close.
+	seccompProg  *os.File
+	seccompFlags uint // seccomp(2) flags of seccompProg
 
 	mu        sync.Mutex // guards sandboxes and closed
 	sandboxes map[string]*sandbox
@@ -189,6 +195,17 @@ func New(cfg Config) (*Local, error) {
 	if !seccompEnabled {
 		l.log.Warn("built without the seccomp build tag: sandboxes run without a syscall filter")
 	}
+	if l.seccomp != nil {
+		prog, flags, err := compileSeccomp(l.seccomp)
+		l.seccompFlags = flags
+		if err == nil {
+			l.seccompProg, err = sealedData("orchard-seccomp", prog)
+		}
+		if err != nil {
+			// Still filtered, at ≈4 ms of CPU more per create.
+			l.log.Warn("seccomp filter not precompiled: each container's init compiles it", "err", err)
+		}
+	}
 	for _, d := range []string{cfg.StateDir, l.ctrRoot, l.boxRoot} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("local runtime: %w", err)
@@ -216,6 +233,9 @@ func New(cfg Config) (*Local, error) {
 //
 // Init does not return.
 func Init() {
+	if os.Getenv(seccompCompileEnv) != "" {
+		os.Exit(seccompCompileChild())
+	}
 	libcontainer.Init()
 }
 
@@ -505,9 +525,12 @@ func (l *Local) Close() error {
 		}
 	}
 	l.watchers.Wait()
+	// A create still starting now fails, as any create racing Close.
 	if l.init != nil {
-		// A create still starting now fails, as any create racing Close.
 		_ = l.init.Close()
+	}
+	if l.seccompProg != nil {
+		_ = l.seccompProg.Close()
 	}
 	return nil
 }

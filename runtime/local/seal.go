@@ -80,3 +80,22 @@ func sealInit(path string) (*os.File, error) {
 	}
 	return sealed, nil
 }
+
+// sealedData returns a sealed, read-only memfd holding data: what a
+// sandbox's process is handed cannot be changed for the next one.
+func sealedData(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:"+name)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd %s: %w", name, err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd %s: seal: %w", name, err)
+	}
+	return f, nil
+}

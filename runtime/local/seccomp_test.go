@@ -7,13 +7,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
+	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/runtime"
 )
@@ -76,20 +80,62 @@ func TestSeccompProfile(t *testing.T) {
 	}
 }
 
+// withoutPrecompiledSeccomp makes l's containers compile seccomp in their
+// init, with libcontainer's code, as before compileSeccomp.
+func withoutPrecompiledSeccomp(l *Local) {
+	if l.seccompProg != nil {
+		l.seccompProg.Close()
+		l.seccompProg = nil
+	}
+}
+
+// agentExecForTest runs command with bash through the sandbox's agent, as
+// every command a sandbox runs, and returns its combined output and exit
+// code.
+func agentExecForTest(t testing.TB, l *Local, id, command string) (string, int) {
+	t.Helper()
+	c := agent.NewClient("unix:" + l.sockPath(id))
+	defer c.Close()
+	var out bytes.Buffer
+	exit, err := c.Exec(ctxTimeout(t, time.Minute), api.AgentExecRequest{Command: command + " 2>&1", TimeoutSeconds: 60},
+		func(ev api.ExecEvent) { out.Write(ev.Data) })
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", command, id, err)
+	}
+	return out.String(), exit.ExitCode
+}
+
 func TestSeccompInSandbox(t *testing.T) {
 	requireSeccomp(t)
-	l := newLocal(t)
-	create(t, l, runtime.Spec{ID: "seccomp"})
+	for _, tc := range []struct {
+		name string
+		mod  func(*Local)
+	}{
+		{"Precompiled", func(*Local) {}},
+		{"CompiledInInit", withoutPrecompiledSeccomp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLocal(t)
+			if l.seccompProg == nil {
+				t.Fatal("no precompiled seccomp program")
+			}
+			tc.mod(l)
+			create(t, l, runtime.Spec{ID: "seccomp"})
+			testSeccompInSandbox(t, l, "seccomp")
+		})
+	}
+}
 
+func testSeccompInSandbox(t *testing.T, l *Local, id string) {
 	t.Run("Filtered", func(t *testing.T) {
-		// The agent (the container's init) and a process entering the
-		// sandbox from outside both run in filter mode.
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", l.initPID(t, "seccomp")))
+		// The agent (the container's init) and what it runs are filtered,
+		// by one filter: never both libcontainer's and the precompiled one.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", l.initPID(t, id)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkFiltered(t, "agent", string(b))
-		out, code := l.execForTest(t, "seccomp", "cat", "/proc/self/status")
+		out, code := agentExecForTest(t, l, id, "cat /proc/self/status")
 		if code != 0 {
 			t.Fatalf("cat /proc/self/status: %d %s", code, out)
 		}
@@ -104,21 +150,31 @@ func TestSeccompInSandbox(t *testing.T) {
 			"unshare --user --map-root-user true",            // the same, then uid maps
 			`setarch "$(uname -m)" --addr-no-randomize true`, // personality(ADDR_NO_RANDOMIZE)
 		} {
-			out, code := l.execForTest(t, "seccomp", "sh", "-c", cmd+" 2>&1")
+			out, code := agentExecForTest(t, l, id, cmd)
 			if code == 0 || !strings.Contains(out, "Operation not permitted") {
 				t.Errorf("%s: exit %d, output %q; want EPERM", cmd, code, out)
 			}
 		}
-		// keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0): keyrings
-		// are not namespaced, so the profile denies the whole family.
 		if _, err := exec.LookPath("perl"); err != nil {
-			t.Log("no perl: keyctl not checked")
+			t.Log("no perl: keyctl and the ENOSYS patch not checked")
 			return
 		}
-		script := fmt.Sprintf(`my $r = syscall(%d, 0, -3, 0); print $r < 0 ? "errno=".($!+0) : "ok", "\n"`, unix.SYS_KEYCTL)
-		out, _ := l.execForTest(t, "seccomp", "perl", "-e", script)
-		if want := "errno=" + strconv.Itoa(int(unix.EPERM)); strings.TrimSpace(out) != want {
-			t.Errorf("keyctl in sandbox: %q; want %s", out, want)
+		for _, c := range []struct {
+			what, script, want string
+		}{
+			// keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0):
+			// keyrings are not namespaced, so the profile denies the family.
+			{"keyctl", fmt.Sprintf("syscall(%d, 0, -3, 0)", unix.SYS_KEYCTL), "errno=" + strconv.Itoa(int(unix.EPERM))},
+			// A syscall number past every known one fails with ENOSYS, not
+			// EPERM (runc's patch to the program), so that programs probing
+			// for new syscalls fall back.
+			{"unknown syscall", "syscall(1000, 0)", "errno=" + strconv.Itoa(int(unix.ENOSYS))},
+		} {
+			script := fmt.Sprintf(`my $r = %s; print $r < 0 ? "errno=".($!+0) : "ok", "\n"`, c.script)
+			out, _ := agentExecForTest(t, l, id, "perl -e '"+script+"'")
+			if strings.TrimSpace(out) != c.want {
+				t.Errorf("%s in sandbox: %q; want %s", c.what, out, c.want)
+			}
 		}
 	})
 
@@ -133,15 +189,51 @@ n=$(printf 'a\nb\nc\n' | sort -r | head -n 1)
 sleep 0.01 & wait $!
 setarch "$(uname -m)" true
 echo "ok $n $line"`
-		out, code := l.execForTest(t, "seccomp", "bash", "-c", script)
+		out, code := agentExecForTest(t, l, id, script)
 		if code != 0 || strings.TrimSpace(out) != "ok c sub" {
 			t.Errorf("bash in sandbox: exit %d, output %q; want \"ok c sub\"", code, out)
 		}
 	})
 }
 
+// TestSeccompPrecompiledIsLibcontainers: the program every agent installs
+// is, instruction for instruction, the one libcontainer loads in a
+// container's init for the same profile.
+func TestSeccompPrecompiledIsLibcontainers(t *testing.T) {
+	requireSeccomp(t)
+	l := newLocal(t)
+	if l.seccompProg == nil {
+		t.Fatal("no precompiled seccomp program")
+	}
+	st, err := l.seccompProg.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := make([]byte, st.Size())
+	if _, err := l.seccompProg.ReadAt(pre, 0); err != nil {
+		t.Fatal(err)
+	}
+	withoutPrecompiledSeccomp(l)
+	create(t, l, runtime.Spec{ID: "seccomp-lc"})
+	lc, err := readFilterLocked(l.initPID(t, "seccomp-lc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pre) < 8*100 || !bytes.Equal(pre, lc) {
+		t.Errorf("precompiled program: %d instructions; libcontainer's in the sandbox: %d; want the same program",
+			len(pre)/8, len(lc)/8)
+	}
+}
+
+// readFilterLocked is readFilter from a locked OS thread, as ptrace needs.
+func readFilterLocked(pid int) ([]byte, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	return readFilter(pid)
+}
+
 // checkFiltered fails unless status (a /proc/<pid>/status) shows seccomp in
-// filter mode with at least one filter.
+// filter mode with exactly one filter of the sandbox's own.
 func checkFiltered(t *testing.T, who, status string) {
 	t.Helper()
 	fields := map[string]string{}
@@ -153,7 +245,17 @@ func checkFiltered(t *testing.T, who, status string) {
 	if fields["Seccomp"] != "2" {
 		t.Errorf("%s: Seccomp = %q; want 2 (filter mode)", who, fields["Seccomp"])
 	}
-	if n, err := strconv.Atoi(fields["Seccomp_filters"]); err != nil || n < 1 {
-		t.Errorf("%s: Seccomp_filters = %q; want 1 or more", who, fields["Seccomp_filters"])
+	// One filter more than this process runs under: a sandbox must not
+	// get both libcontainer's and the precompiled one.
+	own := 0
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Seccomp_filters:"); ok {
+				own, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+	}
+	if n, err := strconv.Atoi(fields["Seccomp_filters"]); err != nil || n != own+1 {
+		t.Errorf("%s: Seccomp_filters = %q; want %d", who, fields["Seccomp_filters"], own+1)
 	}
 }
