@@ -584,7 +584,7 @@ func serveCDP(w http.ResponseWriter, r *http.Request, sess *browser.Session) err
 		return faults.Wrap(err, faults.CodeBrowserProtocol, faults.Unavailable, faults.Browser, "connect to the browser's DevTools endpoint: "+err.Error())
 	}
 	defer up.Close()
-	client, err := cdpUpgrader.Upgrade(w, r, nil)
+	client, err := cdpUpgrader.Upgrade(lenientKey(w, r), r, nil)
 	if err != nil {
 		return nil // the upgrader has answered
 	}

@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 # (the server is built with -tags seccomp so libcontainer filters syscalls),
 # redis-server (the Redis store's tests start their own on a free port),
 # chromium (browser sandboxes drive it; the browser package's tests run one)
-# and fonts-dejavu-core (a font for the pages it renders in screenshots).
-PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg)
+# and fonts-dejavu-core (a font for the pages it renders in screenshots);
+# nodejs runs Playwright against the DevTools proxy in the server's tests.
+PACKAGES=(git gcc libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi
@@ -54,6 +55,22 @@ build() {
   go build -trimpath -tags seccomp -ldflags "-s -w" -o bin/orchard-init ./cmd/orchard-init
 }
 
+# The Playwright client of the DevTools proxy test: playwright-core has no
+# dependencies, so its package from the npm registry is all it needs.
+fetch_playwright() {
+  local dir=server/testdata/playwright
+  local ver
+  ver=$(sed -n 's/.*"playwright-core": "\(.*\)".*/\1/p' "$dir/package.json")
+  if [ -f "$dir/node_modules/playwright-core/package.json" ] &&
+    grep -q "\"version\": \"$ver\"" "$dir/node_modules/playwright-core/package.json"; then
+    return
+  fi
+  rm -rf "$dir/node_modules/playwright-core"
+  mkdir -p "$dir/node_modules/playwright-core"
+  curl -fsSL "https://registry.npmjs.org/playwright-core/-/playwright-core-$ver.tgz" |
+    tar -xz -C "$dir/node_modules/playwright-core" --strip-components=1
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -78,6 +95,7 @@ case "$cmd" in
   test)
     install_packages
     build
+    fetch_playwright
     export ORCHARD_AGENT="$PWD/bin/orchard-agent"
     go vet -tags seccomp ./...
     unformatted=$(gofmt -l . | grep -v '^agentbin/' || true)

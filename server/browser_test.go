@@ -12,6 +12,8 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,9 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
+	"github.com/go-rod/rod"
+	rodcdp "github.com/go-rod/rod/lib/cdp"
+	"github.com/go-rod/rod/lib/proto"
 	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/internal/testenv"
@@ -248,6 +253,97 @@ func TestBrowserCDPProxy(t *testing.T) {
 	}
 	if ts, _ := call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil).body["tabs"].([]any); len(ts) != 1 {
 		t.Fatalf("tabs after the cdp client detached: %v", ts)
+	}
+}
+
+// rod attaches through the proxy too, with the API key as a handshake
+// header, drives the session's tab, and detaches without closing anything.
+func TestBrowserCDPProxyRod(t *testing.T) {
+	srv, id := browserWithPage(t)
+	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/sandboxes/" + id + "/browser/cdp"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ws := &rodcdp.WebSocket{}
+	if err := ws.Connect(ctx, wsURL, http.Header{"X-API-Key": {srv.APIKey}}); err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	b := rod.New().Client(rodcdp.New().Start(ws)).Context(ctx)
+	if err := b.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	pages, err := b.Pages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pages.FindByURL(`^file:///workspace/page\.html$`)
+	if err != nil {
+		t.Fatalf("the session's page among rod's pages: %v", err)
+	}
+	if info, err := p.Info(); err != nil || info.Title != "Orchard test" {
+		t.Fatalf("page info over rod: %+v %v", info, err)
+	}
+	btn, err := p.Element("#b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := btn.Click(proto.InputMouseButtonLeft, 1); err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Element("#out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, err := out.Text(); err != nil || text != "clicked" {
+		t.Fatalf("#out after rod's click: %q %v", text, err)
+	}
+	ws.Close()
+	// The sandbox's session sees the click and still answers.
+	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none&text=true", nil)
+	want(t, o, 200)
+	if !strings.Contains(fmt.Sprint(o.body["text"]), "clicked") {
+		t.Fatalf("observation after rod: %.600s", o.raw)
+	}
+}
+
+// Playwright's connectOverCDP attaches through the proxy with the API key as
+// a header, finds the session's tab, clicks, screenshots and disconnects;
+// the sandbox's session sees the click and keeps working.
+func TestBrowserCDPProxyPlaywright(t *testing.T) {
+	node, dir := testenv.RequirePlaywright(t)
+	srv, id := browserWithPage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "connect.js")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"CDP_URL=ws"+strings.TrimPrefix(srv.URL, "http")+"/sandboxes/"+id+"/browser/cdp",
+		"CDP_KEY="+srv.APIKey)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("playwright: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Title string `json:"title"`
+		Out   string `json:"out"`
+		PNG   bool   `json:"png"`
+		Bytes int    `json:"bytes"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("playwright output %q: %v", out, err)
+	}
+	if got.Title != "Orchard test" || got.Out != "clicked" || !got.PNG || got.Bytes < 1000 {
+		t.Fatalf("playwright saw %+v", got)
+	}
+	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none&text=true", nil)
+	want(t, o, 200)
+	if !strings.Contains(fmt.Sprint(o.body["text"]), "clicked") {
+		t.Fatalf("observation after playwright: %.600s", o.raw)
+	}
+	if ts, _ := call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil).body["tabs"].([]any); len(ts) != 1 {
+		t.Fatalf("tabs after playwright disconnected: %v", ts)
 	}
 }
 
