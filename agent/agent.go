@@ -4,7 +4,9 @@
 // The agent usually runs as PID 1 of a sandbox. It serves HTTP/1.1 on a unix
 // socket, starts every command in its own session so that timeouts can kill
 // the whole process group, reaps every child (its own and inherited orphans)
-// from one place, and confines file operations to a root directory.
+// from one place, and confines file operations to a root directory. A plain
+// command that `bash -c` would only exec (see oneshot.go) is exec'd by the
+// agent itself, with the environment bash would have given it.
 package agent
 
 import (
@@ -137,6 +139,8 @@ type Server struct {
 	log    *slog.Logger
 	root   *os.Root
 	reaper *reaper
+	// bashes says, per bash binary, whether commands may skip it.
+	bashes bashProbes
 	// browser is the browser daemon of a browser sandbox; nil otherwise.
 	browser *browserProc
 	// desktop is the desktop daemon of a desktop sandbox; nil otherwise.

@@ -31,21 +31,22 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxOutputBytes > 0 {
 		maxOut = req.MaxOutputBytes
 	}
-	argv := shellArgv(req.Command, req.LoginShell)
-	if s.stepFault(w, inject.Exec, faults.InjectAgentKill, faults.InjectOOM) == faults.InjectOOM {
-		// The step's command becomes a process that outgrows the memory
-		// limit, so the kernel kills it as it would a real one.
-		if exe, err := os.Executable(); err == nil {
-			argv = []string{exe, "hog"}
-		}
-	}
 	spec := runSpec{
-		argv:        argv,
+		argv:        shellArgv(req.Command, req.LoginShell),
 		dir:         commandDir(req.Cwd, s.cfg.Cwd),
 		env:         commandEnv(s.cfg.Env, req.Env),
 		timeout:     timeout,
 		maxOutput:   maxOut,
 		loginFilter: req.LoginShell,
+	}
+	if s.stepFault(w, inject.Exec, faults.InjectAgentKill, faults.InjectOOM) == faults.InjectOOM {
+		// The step's command becomes a process that outgrows the memory
+		// limit, so the kernel kills it as it would a real one.
+		if exe, err := os.Executable(); err == nil {
+			spec.argv = []string{exe, "hog"}
+		}
+	} else if !req.LoginShell {
+		spec.direct = s.directCommand(r.Context(), req.Command, spec.env, spec.dir)
 	}
 
 	// A client that stops reading is treated like one that left: the

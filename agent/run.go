@@ -54,6 +54,11 @@ type runSpec struct {
 	maxOutput int64
 	// loginFilter applies the login-shell stderr filter.
 	loginFilter bool
+	// direct, when set, is tried first: the program argv's bash would
+	// exec, started without it. If it cannot be started (a script
+	// without #!, a missing interpreter) argv runs instead, so that bash
+	// handles or reports it as it always does.
+	direct *directCmd
 }
 
 // shellArgv is the argv of an exec request (ORCHARD_COMPAT §0 fact 6).
@@ -249,13 +254,6 @@ func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string,
 		return exit
 	}
 
-	path, err := lookPath(spec.argv[0], spec.env, spec.dir)
-	if err != nil {
-		msg := err.Error()
-		emit(streamStderr, []byte(msg))
-		return api.ExecExit{ExitCode: spawnExitCode(err), SpawnError: msg}, nil
-	}
-
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return api.ExecExit{}, faults.Wrap(fmt.Errorf("open %s: %w", os.DevNull, err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
@@ -274,17 +272,35 @@ func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string,
 	defer errR.Close()
 	defer errW.Close()
 
-	c, err := s.reaper.start(func() (*os.Process, error) {
-		return os.StartProcess(path, spec.argv, &os.ProcAttr{
-			Dir:   spec.dir,
-			Env:   spec.env,
-			Files: []*os.File{devnull, outW, errW},
-			// A session of its own: the command's process group is
-			// separate from the agent's, so killing it on timeout kills
-			// the command and its background jobs, never the agent.
-			Sys: &syscall.SysProcAttr{Setsid: true},
+	start := func(path string, argv, env []string) (*child, error) {
+		return s.reaper.start(func() (*os.Process, error) {
+			return os.StartProcess(path, argv, &os.ProcAttr{
+				Dir:   spec.dir,
+				Env:   env,
+				Files: []*os.File{devnull, outW, errW},
+				// A session of its own: the command's process group is
+				// separate from the agent's, so killing it on timeout
+				// kills the command and its background jobs, never the
+				// agent.
+				Sys: &syscall.SysProcAttr{Setsid: true},
+			})
 		})
-	})
+	}
+	var c *child
+	if d := spec.direct; d != nil {
+		if c, err = start(d.path, d.argv, d.env); err != nil {
+			s.log.Debug("direct start failed, running bash", "path", d.path, "err", err)
+		}
+	}
+	if c == nil {
+		var path string
+		if path, err = lookPath(spec.argv[0], spec.env, spec.dir); err != nil {
+			msg := err.Error()
+			emit(streamStderr, []byte(msg))
+			return api.ExecExit{ExitCode: spawnExitCode(err), SpawnError: msg}, nil
+		}
+		c, err = start(path, spec.argv, spec.env)
+	}
 	if err != nil {
 		msg := err.Error()
 		emit(streamStderr, []byte(msg))
