@@ -32,6 +32,10 @@ const (
 	clientIdleTimeout = 90 * time.Second
 	// maxErrorBody bounds how much of an error response is read.
 	maxErrorBody = 1 << 20
+	// maxTrailer bounds what is read after an exec's exit event to reach
+	// the end of the response: nothing but the newline and the end of
+	// the chunked body is expected there.
+	maxTrailer = 4 << 10
 )
 
 // Client talks to one agent. It keeps a pool of keep-alive connections; it
@@ -43,6 +47,9 @@ type Client struct {
 	tr     *http.Transport
 	dialer *websocket.Dialer
 	badErr error // set when addr could not be understood
+	// execs carries Exec requests on plain connections (see execconn.go);
+	// nil for https, where they go through hc.
+	execs *execPool
 }
 
 // NewClient returns a client for the agent at addr: "unix:/path/agent.sock"
@@ -84,6 +91,10 @@ func NewClient(addr string) *Client {
 		DisableCompression: true,
 	}
 	c.hc = &http.Client{Transport: c.tr}
+	if c.badErr == nil && strings.HasPrefix(c.base, "http://") {
+		host := strings.TrimPrefix(c.base, "http://")
+		c.execs = &execPool{dial: func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", host) }}
+	}
 	c.dialer = &websocket.Dialer{
 		NetDialContext:   dial,
 		HandshakeTimeout: clientDialTimeout,
@@ -94,7 +105,12 @@ func NewClient(addr string) *Client {
 }
 
 // Close drops the pooled connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.tr.CloseIdleConnections()
+	if c.execs != nil {
+		c.execs.closeIdle()
+	}
+}
 
 // unreachable classifies a failure to talk to the agent at all. The caller
 // giving up is not the sandbox's fault and keeps its own class.
@@ -183,22 +199,56 @@ func (c *Client) Health(ctx context.Context) (api.AgentHealth, error) {
 // a result; the error is for failures to run it at all. A stream that breaks
 // before its exit event is unreachable (the agent or its sandbox died).
 func (c *Client) Exec(ctx context.Context, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error) {
-	resp, err := c.do(ctx, "exec", http.MethodPost, "/exec", req)
-	if err != nil {
+	if c.execs == nil {
+		resp, err := c.do(ctx, "exec", http.MethodPost, "/exec", req)
+		if err != nil {
+			return api.ExecExit{}, err
+		}
+		defer resp.Body.Close()
+		exit, _, err := readExecStream(ctx, resp.Body, onEvent)
+		return exit, err
+	}
+	if err := failpoint.Eval("agent.client.request"); err != nil {
 		return api.ExecExit{}, err
 	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.ExecExit{}, faults.Wrap(fmt.Errorf("agent exec: encode request: %w", err), faults.CodeInternal, faults.Internal, faults.Platform, "internal error")
+	}
+	resp, stop, err := c.execs.post(ctx, execHost(c.base), "/exec", body)
+	if err != nil {
+		return api.ExecExit{}, unreachable(ctx, "exec", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		stop()
+		defer resp.finish(false)
+		return api.ExecExit{}, decodeError(ctx, "exec", resp.Response)
+	}
+	exit, complete, err := readExecStream(ctx, resp.Body, onEvent)
+	// A connection whose I/O the context has aborted is not reused.
+	complete = stop() && complete
+	resp.finish(complete)
+	return exit, err
+}
+
+// readExecStream reads an exec's NDJSON events up to its exit event, and
+// then the end of the response, reporting whether it got there (only then
+// may the connection carry another request).
+func readExecStream(ctx context.Context, body io.Reader, onEvent func(api.ExecEvent)) (api.ExecExit, bool, error) {
+	dec := json.NewDecoder(body)
 	for {
 		var ev api.ExecEvent
 		if err := dec.Decode(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // no exit event: the stream broke
 			}
-			return api.ExecExit{}, unreachable(ctx, "exec", fmt.Errorf("read stream: %w", err))
+			return api.ExecExit{}, false, unreachable(ctx, "exec", fmt.Errorf("read stream: %w", err))
 		}
 		if ev.Exit != nil {
-			return *ev.Exit, nil
+			// The stream ends here; reading its end lets the
+			// connection carry the next exec instead of a new dial.
+			_, err := io.CopyN(io.Discard, body, maxTrailer)
+			return *ev.Exit, errors.Is(err, io.EOF), nil
 		}
 		if onEvent != nil {
 			onEvent(ev)

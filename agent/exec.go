@@ -68,7 +68,12 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	if err := st.send(api.ExecEvent{Exit: &exit}); err != nil {
+	// The exit event is not flushed: the handler returns next, and
+	// net/http writes it with the end of the response in one write (a
+	// plain Content-Length body when nothing was streamed before). The
+	// client then reads the end of the stream with the event and keeps its
+	// pooled connection, instead of finding it mid-stream.
+	if err := st.write(api.ExecEvent{Exit: &exit}, false); err != nil {
 		s.log.Debug("exec result not delivered", "err", err)
 	}
 	s.log.Debug("exec done", "exit_code", exit.ExitCode, "timed_out", exit.TimedOut, "truncated", exit.Truncated)
@@ -90,7 +95,9 @@ type eventStream struct {
 	broken  error // the client went away or stalled; later events are dropped
 }
 
-func (st *eventStream) send(ev api.ExecEvent) error {
+func (st *eventStream) send(ev api.ExecEvent) error { return st.write(ev, true) }
+
+func (st *eventStream) write(ev api.ExecEvent, flush bool) error {
 	if st.broken != nil {
 		return nil // reported once
 	}
@@ -103,7 +110,7 @@ func (st *eventStream) send(ev api.ExecEvent) error {
 	}
 	_ = st.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
 	err := st.enc.Encode(ev)
-	if err == nil {
+	if err == nil && flush {
 		err = st.rc.Flush()
 	}
 	if err != nil {
