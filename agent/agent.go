@@ -24,6 +24,7 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/orchard/orchard/api"
@@ -139,6 +140,8 @@ type Server struct {
 	log    *slog.Logger
 	root   *os.Root
 	reaper *reaper
+	// devnull is every command's stdin, opened once rather than per exec.
+	devnull int
 	// bashes says, per bash binary, whether commands may skip it.
 	bashes bashProbes
 	// browser is the browser daemon of a browser sandbox; nil otherwise.
@@ -171,12 +174,18 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open root %s: %w", cfg.Root, err)
 	}
+	devnull, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		root:   root,
-		reaper: acquireReaper(cfg.Logger),
-		mux:    http.NewServeMux(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		root:    root,
+		reaper:  acquireReaper(cfg.Logger),
+		devnull: devnull,
+		mux:     http.NewServeMux(),
 	}
 	s.route("GET /health", s.handleHealth)
 	s.route("POST /exec", s.handleExec)
@@ -199,6 +208,7 @@ func (s *Server) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.reaper.release()
+		_ = syscall.Close(s.devnull)
 		err = s.root.Close()
 	})
 	return err

@@ -453,7 +453,7 @@ func (b *browserProc) spawn() (*child, error) {
 		files = []*os.File{nil, logf, logf}
 	}
 	args := b.kind.args(exe, b.sock, b.opts)
-	return b.s.reaper.start(func() (*os.Process, error) {
+	return b.s.reaper.startProcess(func() (*os.Process, error) {
 		return os.StartProcess(exe, args, &os.ProcAttr{
 			Files: files,
 			Env:   os.Environ(),

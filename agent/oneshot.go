@@ -62,6 +62,24 @@ var shellOwnedEnv = map[string]bool{
 	"SHELLOPTS": true, "SRANDOM": true, "UID": true,
 }
 
+// shellWords are bash 5.2's builtins and keywords (`bash -c 'compgen -b;
+// compgen -k'`). A command starting with one runs in bash, whatever the
+// probe of the actual bash says, so the common `echo`, `cd` or `true` skip
+// the probe's PATH search altogether; the probe catches the builtins of
+// other versions.
+var shellWords = func() map[string]bool {
+	m := make(map[string]bool)
+	for _, w := range strings.Fields(`. : [ alias bg bind break builtin caller cd command compgen complete
+		compopt continue declare dirs disown echo enable eval exec exit export false fc fg getopts hash
+		help history jobs kill let local logout mapfile popd printf pushd pwd read readarray readonly
+		return set shift shopt source suspend test times trap true type typeset ulimit umask unalias
+		unset wait if then else elif fi case esac for select while until do done in function time
+		{ } ! [[ ]] coproc`) {
+		m[w] = true
+	}
+	return m
+}()
+
 // maxShellLevel is the highest SHLVL bash passes on unchanged: it raises the
 // level at start-up, lowers it again before a one-shot exec, and warns and
 // resets at 1000.
@@ -123,7 +141,7 @@ type bashKey struct {
 // start.
 func (s *Server) directCommand(ctx context.Context, cmd string, env []string, dir string) *directCmd {
 	words, ok := simpleWords(cmd)
-	if !ok || !filepath.IsAbs(dir) {
+	if !ok || shellWords[words[0]] || !filepath.IsAbs(dir) {
 		return nil
 	}
 	bash, err := lookPath("bash", env, dir)

@@ -306,7 +306,7 @@ func (ps *ptySession) run(ctx context.Context, init ptyInitFrame) {
 		return
 	}
 	defer master.Close()
-	c, err := ps.s.reaper.start(func() (*os.Process, error) {
+	c, err := ps.s.reaper.startProcess(func() (*os.Process, error) {
 		return os.StartProcess(path, argv, &os.ProcAttr{
 			Dir:   dir,
 			Env:   env,

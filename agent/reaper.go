@@ -197,18 +197,52 @@ func (r *reaper) reapAll() {
 }
 
 // start spawns a child with the registry locked and registers it before the
-// lock is released. The returned os.Process is released at once: the child
-// is tracked by pid (signals go to its group), and its exit arrives on
-// child.done.
-func (r *reaper) start(spawn func() (*os.Process, error)) (*child, error) {
+// lock is released. spawn returns the child's pid: the child is tracked by
+// pid (signals go to its group), and its exit arrives on child.done.
+func (r *reaper) start(spawn func() (int, error)) (*child, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, err := spawn()
+	pid, err := spawn()
 	if err != nil {
 		return nil, err
 	}
-	c := &child{pid: p.Pid, done: make(chan struct{})}
-	r.waiting[p.Pid] = c
-	_ = p.Release()
+	c := &child{pid: pid, done: make(chan struct{})}
+	r.waiting[pid] = c
 	return c, nil
+}
+
+// startProcess is start for a spawn that returns an os.Process, which is
+// released at once.
+func (r *reaper) startProcess(spawn func() (*os.Process, error)) (*child, error) {
+	return r.start(func() (int, error) {
+		p, err := spawn()
+		if err != nil {
+			return 0, err
+		}
+		pid := p.Pid
+		_ = p.Release()
+		return pid, nil
+	})
+}
+
+// reapNow reaps c if it has exited, without waiting for the loop. The lock
+// keeps it from racing the loop's lookup: whichever of the two wait4 calls
+// gets the status delivers it, and c.done is closed once.
+func (r *reaper) reapNow(c *child) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waiting[c.pid] != c {
+		return // the loop has it
+	}
+	var ws syscall.WaitStatus
+	pid, err := syscall.Wait4(c.pid, &ws, syscall.WNOHANG, nil)
+	for err == syscall.EINTR {
+		pid, err = syscall.Wait4(c.pid, &ws, syscall.WNOHANG, nil)
+	}
+	if err != nil || pid != c.pid {
+		return // still running, or the loop's wait4 took it first
+	}
+	delete(r.waiting, c.pid)
+	c.status = ws
+	close(c.done)
 }

@@ -254,36 +254,38 @@ func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string,
 		return exit
 	}
 
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return api.ExecExit{}, faults.Wrap(fmt.Errorf("open %s: %w", os.DevNull, err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
+	pipeFailed := func(what string, err error) (api.ExecExit, error) {
+		return api.ExecExit{}, faults.Wrap(fmt.Errorf("%s pipe: %w", what, err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
 	}
-	defer devnull.Close()
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
-		return api.ExecExit{}, faults.Wrap(fmt.Errorf("stdout pipe: %w", err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
+		return pipeFailed("stdout", err)
 	}
 	defer outR.Close()
-	defer outW.Close()
-	errR, errW, err := os.Pipe()
+	defer outW.close()
+	errR, errW, err := outputPipe()
 	if err != nil {
-		return api.ExecExit{}, faults.Wrap(fmt.Errorf("stderr pipe: %w", err), faults.CodeSpawnFailed, faults.Internal, faults.Sandbox, "cannot start command")
+		return pipeFailed("stderr", err)
 	}
 	defer errR.Close()
-	defer errW.Close()
+	defer errW.close()
 
 	start := func(path string, argv, env []string) (*child, error) {
-		return s.reaper.start(func() (*os.Process, error) {
-			return os.StartProcess(path, argv, &os.ProcAttr{
+		return s.reaper.start(func() (int, error) {
+			pid, _, err := syscall.StartProcess(path, argv, &syscall.ProcAttr{
 				Dir:   spec.dir,
 				Env:   env,
-				Files: []*os.File{devnull, outW, errW},
+				Files: []uintptr{uintptr(s.devnull), uintptr(outW), uintptr(errW)},
 				// A session of its own: the command's process group is
 				// separate from the agent's, so killing it on timeout
 				// kills the command and its background jobs, never the
 				// agent.
 				Sys: &syscall.SysProcAttr{Setsid: true},
 			})
+			if err != nil {
+				return 0, &os.PathError{Op: "fork/exec", Path: path, Err: err}
+			}
+			return pid, nil
 		})
 	}
 	var c *child
@@ -307,9 +309,8 @@ func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string,
 		return api.ExecExit{ExitCode: spawnExitCode(err), SpawnError: msg}, nil
 	}
 	// Our copies of the write ends must go, or the pipes never reach EOF.
-	outW.Close()
-	errW.Close()
-	devnull.Close()
+	outW.close()
+	errW.close()
 
 	chunks := make(chan chunk)
 	go readPipe(outR, streamStdout, chunks)
@@ -344,6 +345,12 @@ func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string,
 		case ch := <-chunks:
 			if ch.eof {
 				open--
+				if open == 0 && !exited {
+					// A command closes its output as it exits; reaping
+					// it now saves the SIGCHLD's trip through the
+					// reaper on most commands.
+					s.reaper.reapNow(c)
+				}
 			} else {
 				out(ch.stream, ch.data)
 			}
@@ -381,6 +388,37 @@ func (s *Server) run(ctx context.Context, spec runSpec, emit func(stream string,
 	}
 	code, sig := c.exitCode()
 	return finish(api.ExecExit{ExitCode: code, Signal: sig}, false), nil
+}
+
+// writeEnd is the write end of an output pipe, a bare descriptor: the
+// child gets it as its stdout or stderr and the agent only closes it.
+type writeEnd int
+
+// close closes the descriptor once; later calls do nothing.
+func (w *writeEnd) close() {
+	if *w >= 0 {
+		_ = syscall.Close(int(*w))
+		*w = -1
+	}
+}
+
+// outputPipe is a pipe for one output stream. Only the read end is an
+// os.File, registered with the poller; os.Pipe would register the child's
+// end too and switch its mode back and forth, syscalls every exec paid for
+// nothing.
+func outputPipe() (*os.File, writeEnd, error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		return nil, -1, err
+	}
+	// The child's end must block: O_NONBLOCK belongs to the open file,
+	// which the child shares.
+	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(p[1]), syscall.F_SETFL, 0); e != 0 {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return nil, -1, e
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), writeEnd(p[1]), nil
 }
 
 // readPipe sends what it reads from f to chunks, then an eof chunk. The
