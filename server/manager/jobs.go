@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -146,10 +147,10 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 // awaitAgent is the live readiness gate of exec: wait up to
 // AgentReadyWait for a pending sandbox; 404 "agent not ready" otherwise.
 func (m *Manager) awaitAgent(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
-	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID).WithStatus(404)
 	if rec.Ready && rec.Status == api.StatusReady && rec.AgentAddr != "" {
 		return rec, nil
 	}
+	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID).WithStatus(404)
 	if rec.Status != api.StatusPending {
 		notReady.Retryable = false
 		return rec, notReady
@@ -201,13 +202,21 @@ func (m *Manager) GetJob(ctx context.Context, jobID string) (api.Job, error) {
 }
 
 // output accumulates a job's streams and flushes them to the store at a
-// bounded rate.
+// bounded rate. The flush timer is armed by output, not by the job: most
+// commands finish within the first interval, and a job that has written
+// nothing by then has nothing to flush, so it never starts a timer.
 type output struct {
-	mu        sync.Mutex // guards the fields below
-	stdout    []byte
-	stderr    []byte
-	dirty     bool
-	truncated bool
+	flush func() // stores a snapshot; called on the timer's goroutine
+
+	mu      sync.Mutex // guards the fields below
+	stdout  []byte
+	stderr  []byte
+	dirty   bool
+	timer   *time.Timer // pending flush; nil when none is armed
+	stopped bool        // the job is over: no more flushes
+	// flushing counts flushes in progress, which stop waits for so that
+	// none lands after the job's final write.
+	flushing sync.WaitGroup
 }
 
 func (o *output) add(ev api.ExecEvent) {
@@ -220,6 +229,42 @@ func (o *output) add(ev api.ExecEvent) {
 		o.stderr = append(o.stderr, ev.Data...)
 	}
 	o.dirty = true
+	if o.timer == nil && !o.stopped && o.flush != nil {
+		o.flushing.Add(1)
+		o.timer = time.AfterFunc(outputFlushInterval, o.fire)
+	}
+}
+
+// fire runs a flush. The timer stays set while it runs, so flushes never
+// overlap (an older snapshot cannot land after a newer one); output that
+// arrived meanwhile arms it again.
+func (o *output) fire() {
+	defer o.flushing.Done()
+	o.mu.Lock()
+	stopped := o.stopped
+	o.mu.Unlock()
+	if !stopped {
+		o.flush()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.timer = nil
+	if o.dirty && !o.stopped {
+		o.flushing.Add(1)
+		o.timer = time.AfterFunc(outputFlushInterval, o.fire)
+	}
+}
+
+// stop ends flushing and waits for a flush in progress.
+func (o *output) stop() {
+	o.mu.Lock()
+	o.stopped = true
+	if o.timer != nil && o.timer.Stop() {
+		o.flushing.Done() // never fired
+	}
+	o.timer = nil
+	o.mu.Unlock()
+	o.flushing.Wait()
 }
 
 func (o *output) snapshot() (stdout, stderr string, dirty bool) {
@@ -281,26 +326,14 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 	})
 
 	out := &output{}
-	flushDone := make(chan struct{})
-	stopFlush := make(chan struct{})
-	go func() {
-		defer close(flushDone)
-		t := time.NewTicker(outputFlushInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopFlush:
-				return
-			case <-t.C:
-				if so, se, dirty := out.snapshot(); dirty {
-					_, _ = m.updateJob(bg, h, job.JobID, func(j *api.Job) error {
-						j.Stdout, j.Stderr = so, se
-						return nil
-					})
-				}
-			}
+	out.flush = func() {
+		if so, se, dirty := out.snapshot(); dirty {
+			_, _ = m.updateJob(bg, h, job.JobID, func(j *api.Job) error {
+				j.Stdout, j.Stderr = so, se
+				return nil
+			})
 		}
-	}()
+	}
 
 	oomBefore, oomCounted := m.oomKills(rec.ID)
 	req := api.AgentExecRequest{
@@ -312,8 +345,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 		marking.Done() // never ran
 	}
 	marking.Wait()
-	close(stopFlush)
-	<-flushDone
+	out.stop()
 	stdout, stderr, _ := out.snapshot()
 	var ex *api.ExecExit
 	if err == nil {
@@ -380,7 +412,7 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 	// The agent enforces the command timeout; this bound only catches an
 	// agent that stops answering.
 	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.TimeoutSeconds)*time.Second+waitSlack,
-		faults.Newf(faults.CodeExecTimeout, faults.Timeout, faults.Sandbox, "Execution timed out after %ds", req.TimeoutSeconds))
+		faults.New(faults.CodeExecTimeout, faults.Timeout, faults.Sandbox, "Execution timed out after "+strconv.Itoa(req.TimeoutSeconds)+"s"))
 	defer cancel()
 	a := m.agent(rec.AgentAddr)
 	deadline := time.Now().Add(m.cfg.ExecConnectRetryWindow)
