@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/orchard/orchard/api"
@@ -287,41 +288,54 @@ func leadWhileHeld(ctx context.Context, e Elector, name, holder string, ttl time
 	}
 }
 
-// Hold takes the lock called name from l and keeps it: a goroutine
-// refreshes the lease every ttl/3 until release is called, so ttl only
-// bounds how long a holder that died blocks the next one. When the lease
-// is lost while held (expired during a stall, then taken by another
-// holder), lost is called with the cause; a store outage is retried while
-// the lease may still hold. release stops the refreshes and unlocks.
+// Hold takes the lock called name from l and keeps it: a timer refreshes
+// the lease every ttl/3 until release is called, so ttl only bounds how long
+// a holder that died blocks the next one. When the lease is lost while held
+// (expired during a stall, then taken by another holder), lost is called
+// with the cause; a store outage is retried while the lease may still hold.
+// release stops the refreshes and unlocks. A timer rather than a goroutine
+// with a ticker: most holds (a short exec) end before the first refresh, and
+// then cost neither a goroutine nor the hand-off of stopping it.
 func Hold(ctx context.Context, l Locker, name string, ttl time.Duration, lost func(error)) (Lease, func(), error) {
 	lease, err := l.Lock(ctx, name, ttl)
 	if err != nil {
 		return nil, nil, err
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { // owner: release stops it
-		defer close(done)
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				err := lease.Refresh(context.Background())
-				if faults.Is(err, faults.CodeLockLost) {
-					if lost != nil {
-						lost(err)
-					}
-					return
-				}
+	var (
+		mu         sync.Mutex // guards t and stopped
+		t          *time.Timer
+		stopped    bool
+		refreshing sync.WaitGroup // a refresh in progress, which release waits for
+	)
+	var refresh func()
+	refresh = func() {
+		defer refreshing.Done()
+		err := lease.Refresh(context.Background())
+		if faults.Is(err, faults.CodeLockLost) {
+			if lost != nil {
+				lost(err)
 			}
+			return
 		}
-	}()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			refreshing.Add(1)
+			t = time.AfterFunc(ttl/3, refresh)
+		}
+	}
+	mu.Lock()
+	refreshing.Add(1)
+	t = time.AfterFunc(ttl/3, refresh)
+	mu.Unlock()
 	release := func() {
-		close(stop)
-		<-done
+		mu.Lock()
+		stopped = true
+		if t.Stop() {
+			refreshing.Done() // never ran
+		}
+		mu.Unlock()
+		refreshing.Wait()
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = lease.Unlock(uctx)
