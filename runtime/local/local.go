@@ -255,6 +255,18 @@ type sandbox struct {
 	container *libcontainer.Container
 	watch     *watcher
 	broken    string // why the sandbox cannot be used (half-created, state lost)
+	// oomFile is the memory cgroup's file holding the OOM kill count,
+	// opened on first use: OOMKills runs around every exec, and re-reading
+	// an open file costs one pread where opening it costs four syscalls.
+	oomFile *os.File
+}
+
+// closeOOMFile drops the cached OOM count file. The caller holds s.mu.
+func (s *sandbox) closeOOMFile() {
+	if s.oomFile != nil {
+		_ = s.oomFile.Close()
+		s.oomFile = nil
+	}
 }
 
 // meta is what a sandbox remembers across server restarts (sandbox.json).
@@ -381,6 +393,7 @@ func (l *Local) forget(s *sandbox) {
 	s.mu.Lock()
 	s.gone = true
 	s.creating = false
+	s.closeOOMFile()
 	s.mu.Unlock()
 	l.mu.Lock()
 	if l.sandboxes[s.id] == s {
@@ -491,15 +504,29 @@ func (l *Local) OOMKills(id string) (uint64, error) {
 		return 0, notFound(id)
 	}
 	s.mu.Lock()
-	c, gone := s.container, s.gone
-	s.mu.Unlock()
-	if gone {
+	defer s.mu.Unlock()
+	if s.gone {
 		return 0, notFound(id)
 	}
-	if c == nil {
+	if s.container == nil {
 		return 0, nil
 	}
-	return l.oomKills(id)
+	// A cached file of a cgroup that was replaced fails to read; the
+	// second attempt opens the current one.
+	for attempt := 0; ; attempt++ {
+		if s.oomFile == nil {
+			f, err := l.openOOMFile(id)
+			if err != nil {
+				return 0, err
+			}
+			s.oomFile = f
+		}
+		n, err := readOOMKills(s.oomFile)
+		if err == nil || attempt > 0 {
+			return n, err
+		}
+		s.closeOOMFile()
+	}
 }
 
 // Close stops watching sandboxes without touching them: they keep running
@@ -519,6 +546,7 @@ func (l *Local) Close() error {
 	for _, s := range boxes {
 		s.mu.Lock()
 		w := s.watch
+		s.closeOOMFile()
 		s.mu.Unlock()
 		if w != nil {
 			w.stop()

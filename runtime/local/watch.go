@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -177,6 +178,47 @@ func (l *Local) oomKills(id string) (uint64, error) {
 		return 0, err
 	}
 	return fs.OOMKillCount(filepath.Join(mnt, l.cgroupPath(id)))
+}
+
+// openOOMFile opens the file of the sandbox's memory cgroup that holds its
+// OOM kill count: memory.events (v2) or memory.oom_control (v1).
+func (l *Local) openOOMFile(id string) (*os.File, error) {
+	var p string
+	if cgroups.IsCgroup2UnifiedMode() {
+		p = filepath.Join("/sys/fs/cgroup", l.cgroupPath(id), "memory.events")
+	} else {
+		mnt, err := memoryMount()
+		if err != nil {
+			return nil, err
+		}
+		p = filepath.Join(mnt, l.cgroupPath(id), "memory.oom_control")
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("open oom count: %w", err)
+	}
+	return f, nil
+}
+
+// readOOMKills reads the oom_kill line of an OOM count file from its start
+// (cgroup files render anew on each read at offset 0); 0 without one, as
+// fscommon.GetValueByKey.
+func readOOMKills(f *os.File) (uint64, error) {
+	var buf [512]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	for line := range strings.SplitSeq(string(buf[:n]), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			c, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s: %q: %w", f.Name(), line, err)
+			}
+			return c, nil
+		}
+	}
+	return 0, nil // a kernel too old to count OOM kills
 }
 
 // memoryMount is the v1 memory hierarchy's mountpoint, found once: finding
