@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
 	"github.com/orchard/orchard/server/manager"
@@ -84,6 +86,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // program, which bash -c would only exec. The raw baselines are `sh -c true`
 // (the goal's yardstick), `bash -c true` (what the contract runs) and
 // `/bin/true` spawned directly (like for like with the second command).
+// agent_true is the agent hop alone (Client.Exec of `true` from this
+// process), so API − agent is what the server adds.
 func BenchmarkExecRoundTrip(b *testing.B) {
 	srv := testserver.Start(b, testserver.Options{})
 	id := createReady(b, srv, map[string]any{"memory": "512Mi"})
@@ -103,16 +107,35 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
+	// The agent hop alone, from this process: what the API adds on top
+	// of it is the server hop.
+	addr, err := srv.Manager.AgentAddr(context.Background(), id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ac := agent.NewClient(addr)
+	defer ac.Close()
+	hop := func(command string) time.Duration {
+		t0 := time.Now()
+		exit, err := ac.Exec(context.Background(), api.AgentExecRequest{Command: command, TimeoutSeconds: 10}, func(api.ExecEvent) {})
+		d := time.Since(t0)
+		if err != nil || exit.ExitCode != 0 {
+			b.Fatalf("agent exec %q: %+v %v", command, exit, err)
+		}
+		return d
+	}
 	const warm = 20
 	for range warm {
 		exec1("true")
 		exec1("/bin/true")
+		hop("true")
 	}
-	var apiBuiltin, apiProgram, rawSh, rawBash, rawProgram []time.Duration
+	var apiBuiltin, apiProgram, agentBuiltin, rawSh, rawBash, rawProgram []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		apiBuiltin = append(apiBuiltin, exec1("true"))
 		apiProgram = append(apiProgram, exec1("/bin/true"))
+		agentBuiltin = append(agentBuiltin, hop("true"))
 		rawSh = append(rawSh, spawn("sh", "-c", "true"))
 		rawBash = append(rawBash, spawn("bash", "-c", "true"))
 		rawProgram = append(rawProgram, spawn("/bin/true"))
@@ -126,6 +149,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	b.ReportMetric(ms(percentile(apiBuiltin, 0.9)), "api_true_p90_ms")
 	b.ReportMetric(ms(percentile(apiProgram, 0.5)), "api_bintrue_p50_ms")
 	b.ReportMetric(ms(percentile(apiProgram, 0.9)), "api_bintrue_p90_ms")
+	b.ReportMetric(ms(percentile(agentBuiltin, 0.5)), "agent_true_p50_ms")
 	b.ReportMetric(ms(sh), "sh_p50_ms")
 	b.ReportMetric(ms(percentile(rawBash, 0.5)), "bash_p50_ms")
 	b.ReportMetric(ms(percentile(rawProgram, 0.5)), "bintrue_p50_ms")
