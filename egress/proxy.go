@@ -222,12 +222,21 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		reset(conn)
 		return
 	}
-	client := net.Conn(conn)
+	// Bytes the client sent behind its CONNECT go first, so that from then
+	// on the copies run between the bare sockets, which the kernel splices.
+	var early int64
 	if n := brw.Reader.Buffered(); n > 0 {
-		client = &readerConn{Conn: conn, r: io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)}
+		b, _ := brw.Reader.Peek(n)
+		if _, err := up.Write(b); err != nil {
+			conn.Close()
+			up.Close()
+			p.finish(e, start, 0, nil)
+			return
+		}
+		early = int64(n)
 	}
-	sent, recv := pipe(&countConn{Conn: client}, up)
-	p.log.update(e, func(e *Entry) { e.Sent, e.Recv = sent, recv })
+	sent, recv := pipe(conn, up)
+	p.log.update(e, func(e *Entry) { e.Sent, e.Recv = sent+early, recv })
 	p.finish(e, start, 0, nil)
 }
 
@@ -404,27 +413,3 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 func (c *countReader) Close() error { return c.r.Close() }
-
-type countConn struct{ net.Conn }
-
-// CloseWrite passes half-closes through to the client connection.
-func (c *countConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
-}
-
-type readerConn struct {
-	net.Conn
-	r io.Reader
-}
-
-func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *readerConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
-}

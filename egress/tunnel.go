@@ -330,10 +330,33 @@ const copyBufSize = 256 << 10
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
 func copyBuf(dst io.Writer, src io.Reader) int64 {
+	if spliceable(dst, src) {
+		n, _ := io.Copy(dst, src)
+		return n
+	}
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
-	n, _ := io.CopyBuffer(dst, src, *buf)
+	// Hidden from io.CopyBuffer: a TCP socket's ReadFrom would copy from
+	// anything but a socket through its own 32 KiB buffer.
+	n, _ := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
 	return n
+}
+
+// spliceable reports whether Go copies between a and b with splice(2),
+// the bytes never entering user space: a TCP socket with a TCP or unix one.
+func spliceable(a, b any) bool {
+	sock := func(c any) (tcp, ok bool) {
+		switch c.(type) {
+		case *net.TCPConn:
+			return true, true
+		case *net.UnixConn:
+			return false, true
+		}
+		return false, false
+	}
+	at, aok := sock(a)
+	bt, bok := sock(b)
+	return aok && bok && (at || bt)
 }
 
 // bufferPool lends the forwarding proxy the same buffers.
