@@ -94,15 +94,26 @@ func (s *Server) noEgress() error {
 		"this sandbox has no network: create it with block_network=false")
 }
 
-// handleTunnel attaches the server's end of the egress tunnel.
+// handleTunnel attaches the server's end of the egress tunnel, or of its
+// socket channel.
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) error {
 	if s.egress == nil || s.egress.tunnel == nil {
 		return s.noEgress()
 	}
+	if r.Header.Get("Upgrade") == egress.SocketProtocol {
+		if s.egress.tunnel.HeldSockets() {
+			return faults.New(faults.CodeEgressUnavailable, faults.Conflict, faults.Platform, "egress socket channel already attached by another server")
+		}
+		conn, err := egress.AcceptUpgrade(w, r, egress.SocketProtocol)
+		if err != nil {
+			return err
+		}
+		return s.egress.tunnel.AttachSockets(conn)
+	}
 	if s.egress.tunnel.Held() {
 		return faults.New(faults.CodeEgressUnavailable, faults.Conflict, faults.Platform, "egress tunnel already attached by another server")
 	}
-	conn, err := egress.AcceptUpgrade(w, r)
+	conn, err := egress.AcceptUpgrade(w, r, egress.TunnelProtocol)
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,9 @@
 // injection for testing attribution.
 //
 // The proxy runs wherever the agent does; only its dial function differs:
-// through the tunnel to the server, or direct where the sandbox has a
-// network of its own (Kubernetes pods). The server side re-checks every
+// through the server, which hands the agent a socket spliced to the
+// connection it dialed (or relays it over the tunnel's streams), or direct
+// where the sandbox has a network of its own (Kubernetes pods). The server side re-checks every
 // dial against the policy, since code inside a sandbox can speak to the
 // tunnel itself.
 package egress

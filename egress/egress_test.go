@@ -95,6 +95,13 @@ type rig struct {
 
 func newRig(t testing.TB, allow []string, plan *faults.Plan) *rig {
 	t.Helper()
+	return newRigRelay(t, allow, plan, false)
+}
+
+// newRigRelay is newRig whose server keeps every connection on the
+// tunnel's streams when relayOnly is set.
+func newRigRelay(t testing.TB, allow []string, plan *faults.Plan, relayOnly bool) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	agentLn, err := net.Listen("unix", sock)
@@ -103,9 +110,17 @@ func newRig(t testing.TB, allow []string, plan *faults.Plan) *rig {
 	}
 	tun := NewTunnel(5 * time.Second)
 	agentSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := AcceptUpgrade(w, r)
+		proto := TunnelProtocol
+		if r.Header.Get("Upgrade") == SocketProtocol {
+			proto = SocketProtocol
+		}
+		conn, err := AcceptUpgrade(w, r, proto)
 		if err != nil {
 			http.Error(w, err.Error(), 400)
+			return
+		}
+		if proto == SocketProtocol {
+			_ = tun.AttachSockets(conn)
 			return
 		}
 		_ = tun.Attach(conn)
@@ -118,6 +133,7 @@ func newRig(t testing.TB, allow []string, plan *faults.Plan) *rig {
 		var nd net.Dialer
 		return nd.DialContext(ctx, "unix", addr)
 	}, nil)
+	hub.relayOnly = relayOnly
 	hub.Attach("sb", sock, allow)
 
 	log := NewLog(100)

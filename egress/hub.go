@@ -18,6 +18,9 @@ type Hub struct {
 	dialer    *Dialer
 	dialAgent func(ctx context.Context, addr string) (net.Conn, error)
 	log       *slog.Logger
+	// relayOnly keeps every connection on the tunnel's streams (the
+	// benchmark's baseline).
+	relayOnly bool
 
 	mu      sync.Mutex // guards tunnels, closed
 	tunnels map[string]*hubTunnel
@@ -49,6 +52,9 @@ const (
 	// giveUpAfter ends the loop of a sandbox whose socket has vanished
 	// (deleted by another replica).
 	giveUpAfter = time.Minute
+	// attachTimeout bounds connecting and upgrading: a live agent answers
+	// at once.
+	attachTimeout = 10 * time.Second
 )
 
 // Attach keeps a tunnel to the agent at addr attached for sandbox id,
@@ -148,23 +154,52 @@ func (h *Hub) run(ctx context.Context, id, addr string, p Policy, done chan stru
 }
 
 func (h *Hub) attachOnce(ctx context.Context, addr string, dial DialFunc, log *slog.Logger) error {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := h.dialAgent(cctx, addr)
-	if err == nil {
-		var up net.Conn
-		up, err = Upgrade(cctx, conn)
-		if err != nil {
-			conn.Close()
-		}
-		conn = up
-	}
-	cancel()
+	conn, err := h.upgrade(ctx, addr, TunnelProtocol)
 	if err != nil {
 		return err
+	}
+	var wg sync.WaitGroup
+	sctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	if !h.relayOnly {
+		// The socket channel only speeds connections up: without it (an
+		// agent that does not speak it, an agent over TCP) every connection
+		// goes through the tunnel.
+		sc, err := h.upgrade(ctx, addr, SocketProtocol)
+		switch {
+		case err != nil:
+			log.Debug("egress socket channel refused; relaying", "err", err)
+		case unixOf(sc) == nil:
+			sc.Close()
+		default:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := ServeSockets(sctx, sc, dial, log); sctx.Err() == nil {
+					log.Debug("egress socket channel down; relaying", "err", err)
+				}
+			}()
+		}
 	}
 	err = ServeTunnel(ctx, conn, dial, log)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// upgrade connects to the agent at addr and upgrades to proto.
+func (h *Hub) upgrade(ctx context.Context, addr, proto string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
+	defer cancel()
+	conn, err := h.dialAgent(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	up, err := Upgrade(ctx, conn, proto)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return up, nil
 }

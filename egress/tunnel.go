@@ -24,7 +24,10 @@ import (
 // opens a stream, writes a dialRequest line, and reads a dialResponse line;
 // after a successful response the stream carries the connection's bytes.
 // One multiplexed connection per sandbox keeps the server's file
-// descriptors at one per sandbox however many connections are open.
+// descriptors at one per sandbox however many connections are open. The
+// socket channel (fdpass.go), when the agent speaks it, carries the dials
+// instead and spends two descriptors per connection for a shorter path;
+// the streams remain the fallback.
 
 // TunnelProtocol is the Upgrade token of the tunnel.
 const TunnelProtocol = "orchard-egress/1"
@@ -33,13 +36,16 @@ const TunnelProtocol = "orchard-egress/1"
 const TunnelPath = "/egress/tunnel"
 
 type dialRequest struct {
+	ID   uint64 `json:"id,omitempty"` // socket channel only
 	Host string `json:"host"`
 	Port int    `json:"port"`
 }
 
 type dialResponse struct {
+	ID     uint64       `json:"id,omitempty"` // socket channel only
 	Remote string       `json:"remote,omitempty"`
 	Error  *faults.Info `json:"error,omitempty"`
+	FD     bool         `json:"fd,omitempty"` // a socket is attached
 }
 
 const (
@@ -66,8 +72,9 @@ func yamuxConfig() *yamux.Config {
 // Tunnel is the agent's end: it dials through whichever session the server
 // attached last.
 type Tunnel struct {
-	mu      sync.Mutex // guards sess, ready
+	mu      sync.Mutex // guards sess, ready, sockets, closed
 	sess    *yamux.Session
+	sockets *fdClient     // nil until the server attaches a socket channel
 	ready   chan struct{} // closed when a session is attached
 	closed  bool
 	waitFor time.Duration
@@ -128,6 +135,41 @@ func (t *Tunnel) Close() {
 	if t.sess != nil {
 		t.sess.Close()
 	}
+	if t.sockets != nil {
+		t.sockets.close()
+	}
+}
+
+// AttachSockets makes conn, already upgraded with SocketProtocol, the
+// channel that later dials receive their connections over. The same rule
+// as Attach holds: a live channel stays.
+func (t *Tunnel) AttachSockets(conn net.Conn) error {
+	uc := unixOf(conn)
+	if uc == nil || conn != net.Conn(uc) {
+		// Bytes already buffered would separate replies from their
+		// descriptors; the server sends nothing before a request.
+		conn.Close()
+		return fmt.Errorf("egress socket channel: %T is not a bare unix socket", conn)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		conn.Close()
+		return errors.New("tunnel closed")
+	}
+	if t.sockets != nil && t.sockets.live() {
+		conn.Close()
+		return faults.New(faults.CodeEgressUnavailable, faults.Conflict, faults.Platform, "egress socket channel already attached by another server")
+	}
+	t.sockets = newFDClient(uc)
+	return nil
+}
+
+// HeldSockets reports whether a live socket channel is attached.
+func (t *Tunnel) HeldSockets() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sockets != nil && t.sockets.live()
 }
 
 func (t *Tunnel) session(ctx context.Context) (*yamux.Session, error) {
@@ -154,8 +196,22 @@ func (t *Tunnel) session(ctx context.Context) (*yamux.Session, error) {
 	}
 }
 
-// Dial connects to host:port through the server.
+// Dial connects to host:port through the server: over the socket channel
+// when one is attached, else (or when it breaks) over a tunnel stream.
 func (t *Tunnel) Dial(ctx context.Context, host string, port int) (net.Conn, error) {
+	t.mu.Lock()
+	sc := t.sockets
+	t.mu.Unlock()
+	if sc != nil {
+		c, err := sc.dial(ctx, host, port)
+		if !errors.Is(err, errChannelDown) {
+			return c, err
+		}
+	}
+	return t.dialStream(ctx, host, port)
+}
+
+func (t *Tunnel) dialStream(ctx context.Context, host string, port int) (net.Conn, error) {
 	s, err := t.session(ctx)
 	if err != nil {
 		return nil, err
@@ -374,14 +430,15 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// Upgrade turns a fresh connection to an agent into a tunnel connection.
-func Upgrade(ctx context.Context, conn net.Conn) (net.Conn, error) {
+// Upgrade turns a fresh connection to an agent into a tunnel connection
+// (proto TunnelProtocol) or a socket channel (SocketProtocol).
+func Upgrade(ctx context.Context, conn net.Conn, proto string) (net.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
 	defer conn.SetDeadline(time.Time{})
 	_, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: %s\r\nContent-Length: 0\r\n\r\n",
-		TunnelPath, TunnelProtocol)
+		TunnelPath, proto)
 	if err != nil {
 		return nil, err
 	}
@@ -398,18 +455,18 @@ func Upgrade(ctx context.Context, conn net.Conn) (net.Conn, error) {
 	return &bufConn{Conn: conn, r: br}, nil
 }
 
-// AcceptUpgrade is the agent's handler side of Upgrade: it answers 101
-// and returns the hijacked connection.
-func AcceptUpgrade(w http.ResponseWriter, r *http.Request) (net.Conn, error) {
-	if r.Header.Get("Upgrade") != TunnelProtocol {
-		return nil, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "egress tunnel: want Upgrade: %s", TunnelProtocol)
+// AcceptUpgrade is the agent's handler side of Upgrade to proto: it
+// answers 101 and returns the hijacked connection.
+func AcceptUpgrade(w http.ResponseWriter, r *http.Request, proto string) (net.Conn, error) {
+	if r.Header.Get("Upgrade") != proto {
+		return nil, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "egress tunnel: want Upgrade: %s", proto)
 	}
 	rc := http.NewResponseController(w)
 	conn, brw, err := rc.Hijack()
 	if err != nil {
 		return nil, err
 	}
-	_, err = fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", TunnelProtocol)
+	_, err = fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", proto)
 	if err == nil {
 		err = brw.Flush()
 	}
