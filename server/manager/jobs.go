@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,8 +26,56 @@ const waitSlack = 30 * time.Second
 // be; it keeps store writes per job to a few per second on chatty commands.
 const outputFlushInterval = 250 * time.Millisecond
 
-// sandboxLock serialises the jobs of one sandbox, FIFO through a channel.
-type sandboxLock struct{ ch chan struct{} }
+// sandboxLock serialises the jobs of one sandbox in the order they were
+// accepted. A job takes its place in line on the request's goroutine,
+// before the job runs on a goroutine of its own, so a job accepted first
+// runs first however the goroutines are scheduled (Orchard's asyncio lock
+// is FIFO, and clients rely on it).
+type sandboxLock struct {
+	mu   sync.Mutex
+	held bool
+	line []chan struct{} // waiting turns, in arrival order
+}
+
+// enqueue takes a place in line; the turn's channel is closed when it is
+// this caller's turn (at once when the lock is free).
+func (l *sandboxLock) enqueue() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	turn := make(chan struct{})
+	if !l.held {
+		l.held = true
+		close(turn)
+		return turn
+	}
+	l.line = append(l.line, turn)
+	return turn
+}
+
+// release hands the lock to the next in line, or frees it.
+func (l *sandboxLock) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.line) == 0 {
+		l.held = false
+		return
+	}
+	next := l.line[0]
+	l.line = l.line[1:]
+	close(next)
+}
+
+// leave gives up a place in line; a turn that came meanwhile is passed on.
+func (l *sandboxLock) leave(turn chan struct{}) {
+	l.mu.Lock()
+	if i := slices.Index(l.line, turn); i >= 0 {
+		l.line = slices.Delete(l.line, i, i+1)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.release()
+}
 
 // execLockTTL bounds how long a replica that died holding a sandbox's exec
 // lock blocks the sandbox's next job; holders refresh it every third.
@@ -45,19 +94,31 @@ type held struct {
 // (expired during a stall, then taken by another replica), lost is called
 // with the cause.
 func (m *Manager) lock(ctx context.Context, id string, lost func(error)) (held, error) {
+	l, turn := m.queue(id)
+	return m.lockTurn(ctx, id, l, turn, lost)
+}
+
+// queue takes a place in the sandbox's line (see sandboxLock).
+func (m *Manager) queue(id string) (*sandboxLock, chan struct{}) {
 	m.mu.Lock()
 	l, ok := m.locks[id]
 	if !ok {
-		l = &sandboxLock{ch: make(chan struct{}, 1)}
+		l = &sandboxLock{}
 		m.locks[id] = l
 	}
 	m.mu.Unlock()
+	return l, l.enqueue()
+}
+
+// lockTurn waits for a turn taken with queue, then takes the store's lease.
+func (m *Manager) lockTurn(ctx context.Context, id string, l *sandboxLock, turn chan struct{}, lost func(error)) (held, error) {
 	select {
-	case l.ch <- struct{}{}:
+	case <-turn:
 	case <-ctx.Done():
+		l.leave(turn)
 		return held{}, context.Cause(ctx)
 	}
-	local := func() { <-l.ch }
+	local := l.release
 	locker, ok := m.st.(store.Locker)
 	if !ok {
 		return held{unlock: local}, nil
@@ -122,8 +183,9 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 	// with a network store that saves a round trip on every exec. It
 	// starts the command only once the job is stored.
 	created := make(chan error, 1)
+	l, turn := m.queue(id)
 	m.bg.Add(1)
-	go m.runJob(jctx, cancel, rec, job, p, created, done)
+	go m.runJob(jctx, cancel, rec, job, p, l, turn, created, done)
 	if err := m.st.CreateJob(ctx, job); err != nil {
 		created <- err
 		return api.Job{}, err
@@ -284,7 +346,7 @@ const runningMarkDelay = 50 * time.Millisecond
 // runJob runs job once created says it is stored (nil); an error on
 // created means it was not, and the runner leaves without a trace.
 func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, rec store.Sandbox, job api.Job, p ExecParams,
-	created <-chan error, done chan<- api.Job) {
+	l *sandboxLock, turn chan struct{}, created <-chan error, done chan<- api.Job) {
 	defer m.bg.Done()
 	defer cancel(nil)
 	defer func() {
@@ -298,7 +360,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 	bg := context.Background()
 	publish := func() { _ = m.st.Publish(bg, store.JobTopic(job.JobID)) }
 
-	h, err := m.lock(ctx, rec.ID, func(err error) { cancel(err) })
+	h, err := m.lockTurn(ctx, rec.ID, l, turn, func(err error) { cancel(err) })
 	if cerr := <-created; cerr != nil {
 		if err == nil {
 			h.unlock()
