@@ -116,6 +116,13 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	s.mu.Lock()
 	s.container = c
 	s.mu.Unlock()
+	if narrowed, err := joinOnlySandboxControllers(c); err != nil {
+		return runtime.Instance{}, createFailed(id, "choose cgroup controllers", err)
+	} else if !narrowed {
+		l.wideCgroups.Do(func() {
+			l.log.Warn("libcontainer no longer lets sandboxes skip cgroup hierarchies: each gets a cgroup in every one")
+		})
+	}
 
 	logf, err := os.OpenFile(filepath.Join(s.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

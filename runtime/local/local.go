@@ -157,6 +157,9 @@ type Local struct {
 	// by Close.
 	seccompProg  *os.File
 	seccompFlags uint // seccomp(2) flags of seccompProg
+	// wideCgroups warns once that sandboxes could not be kept to
+	// sandboxControllers.
+	wideCgroups sync.Once
 
 	mu        sync.Mutex // guards sandboxes and closed
 	sandboxes map[string]*sandbox
