@@ -47,14 +47,15 @@ const agentOOMScoreAdj = -998
 // cpuPeriod is the CFS period for CPU quotas (the kernel's default).
 const cpuPeriod = 100000
 
-// masks are the host folders hidden from "host" sandboxes.
+// masks are the host folders and files hidden from "host" sandboxes: by
+// the masks layer (buildMasksLayer), or where the kernel cannot stack it,
+// by a tmpfs or bind mount each.
 type masks struct {
-	writable []string // a fresh, writable tmpfs each (scratch folders)
-	hidden   []string // empty and read-only (libcontainer's masked paths)
+	writable []string // scratch folders: empty and writable
+	hidden   []string // private data: empty (and read-only, as mounts)
 }
 
-// hostMasks lists what a "host" sandbox must not see of the host. Scratch
-// folders get a fresh writable tmpfs; private data is hidden. /opt and
+// hostMasks lists what a "host" sandbox must not see of the host. /opt and
 // /usr stay visible: users' tools live there.
 func hostMasks(stateDir string, extra []string) masks {
 	m := masks{
@@ -70,7 +71,7 @@ func hostMasks(stateDir string, extra []string) masks {
 	m.hidden = append(m.hidden, stateDir)
 	m.hidden = append(m.hidden, extra...)
 	// A path under a writable mask is already hidden, and masking it again
-	// would create a directory inside the fresh tmpfs.
+	// would create it inside the empty folder.
 	var hidden []string
 	for _, p := range m.hidden {
 		if !slices.ContainsFunc(m.writable, func(w string) bool { return within(p, w) }) &&
@@ -99,7 +100,8 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: mountFlags | unix.MS_RDONLY},
 	}
 	var hidden []string
-	if img.host {
+	if img.host && l.masks == nil {
+		// No masks layer (an older kernel): a mount per mask.
 		for _, p := range l.hostMasks.writable {
 			data := "mode=755"
 			if p == "/tmp" || p == "/var/tmp" {

@@ -81,7 +81,11 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	} else if img.workingDir != "" {
 		workdir = img.workingDir
 	}
-	if err := mountOverlay(rootfs, img.lowers, upper, work); err != nil {
+	lowers := img.lowers
+	if img.host && l.masks != nil {
+		lowers = append([]string{fdPath(l.masks)}, lowers...)
+	}
+	if err := mountOverlay(rootfs, lowers, upper, work); err != nil {
 		return runtime.Instance{}, createFailed(id, "mount root overlay", err)
 	}
 	if !img.host {

@@ -3,7 +3,7 @@
 // cgroup namespaces, cgroup limits, runc's default capabilities, masked and
 // read-only /proc paths, no_new_privs and Docker's default seccomp profile
 // (when built with the "seccomp" tag). Each sandbox's root is an overlay:
-// the host's root with tmpfs masks over host-private folders (image "host"),
+// the host's root with host-private folders masked (image "host"),
 // or the cached layers of an OCI image, under a private writable layer on a
 // per-sandbox tmpfs. The agent binary is bind-mounted read-only and runs as
 // the container's init; the server reaches it over a host unix
@@ -143,6 +143,10 @@ type Local struct {
 	nofile       uint64 // RLIMIT_NOFILE of sandbox processes
 	// fullNet gives full-network sandboxes their veths and host rules.
 	fullNet *fullNet
+	// masks is the detached mount that hides hostMasks, stacked over the
+	// host root of every "host" sandbox (buildMasksLayer); nil when the
+	// kernel cannot, and then each mask is a mount. Closed by Close.
+	masks *os.File
 	// init is the sealed copy of Config.InitPath handed to every
 	// container's init; nil without one. Closed by Close.
 	init *os.File
@@ -222,6 +226,15 @@ func New(cfg Config) (*Local, error) {
 		if l.init, err = sealInit(cfg.InitPath); err != nil {
 			return nil, fmt.Errorf("local runtime: container init %s: %w", cfg.InitPath, err)
 		}
+	}
+	if l.masks, err = buildMasksLayer(l.hostMasks); err == nil {
+		if err = overlayTakesLayer(l.masks); err != nil {
+			l.masks.Close()
+			l.masks = nil
+		}
+	}
+	if err != nil {
+		l.log.Warn("host masks are mounts in each sandbox, not one shared layer", "err", err)
 	}
 	return l, nil
 }
@@ -562,6 +575,9 @@ func (l *Local) Close() error {
 	}
 	if l.seccompProg != nil {
 		_ = l.seccompProg.Close()
+	}
+	if l.masks != nil {
+		_ = l.masks.Close() // live sandboxes' roots hold their own reference
 	}
 	return nil
 }

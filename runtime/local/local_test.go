@@ -166,6 +166,28 @@ func TestIsolation(t *testing.T) {
 		}
 	})
 
+	t.Run("MasksWithoutMounts", func(t *testing.T) {
+		testenv.Require(t, "masks layer", l.masks != nil, "this kernel's overlayfs does not stack a detached layer")
+		// The masks layer hides these: no mount of their own.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", l.initPID(t, "iso-a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 5 {
+				continue
+			}
+			if p := f[4]; slices.Contains(l.hostMasks.writable, p) || slices.Contains(l.hostMasks.hidden, p) {
+				t.Errorf("%s is a mount in the sandbox: %s", p, line)
+			}
+		}
+		out, _ := l.execForTest(t, "iso-a", "sh", "-c", "stat -c '%n %a' /tmp /var/tmp /root; find /home /run -mindepth 1 | wc -l")
+		if want := "/tmp 1777\n/var/tmp 1777\n/root 700\n0\n"; out != want {
+			t.Errorf("masked folders:\n%s\nwant:\n%s", out, want)
+		}
+	})
+
 	t.Run("HostRootUnchanged", func(t *testing.T) {
 		marker := "/usr/local/orchard-sandbox-write-" + secret
 		out, code := l.execForTest(t, "iso-a", "sh", "-c", "echo x > "+marker+" && echo wrote")
