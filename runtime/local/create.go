@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -153,7 +155,7 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 		Stderr:     logf,
 		Init:       true,
 	}
-	if err := c.Run(proc); err != nil {
+	if err := runContainer(c, proc); err != nil {
 		return runtime.Instance{}, classifyStart(id, "start agent", err)
 	}
 	// The agent holds the listening socket now. Dropping ours means that
@@ -372,4 +374,30 @@ func agentArgs(spec runtime.Spec, pids int64, seccompFD int, seccompFlags uint) 
 		args = append(args, "--faults", string(spec.Faults))
 	}
 	return args
+}
+
+// The cgroups library's v1 controllers are process-wide values, and one of
+// them (blkio) records on first use, without a lock, which file name its
+// kernel uses; two containers starting at once in a fresh process race on
+// it. The first start in the process therefore runs alone; once it is
+// done every later start reads the recorded name.
+var (
+	firstStart   sync.Mutex
+	firstStarted atomic.Bool
+)
+
+func runContainer(c *libcontainer.Container, p *libcontainer.Process) error {
+	if firstStarted.Load() {
+		return c.Run(p)
+	}
+	firstStart.Lock()
+	defer firstStart.Unlock()
+	if firstStarted.Load() {
+		return c.Run(p)
+	}
+	err := c.Run(p)
+	if err == nil {
+		firstStarted.Store(true)
+	}
+	return err
 }
