@@ -112,6 +112,22 @@ func (c *Client) Close() {
 	}
 }
 
+// delivered marks a failure that came after an exec request reached the
+// agent: the command may have started, so the call must not be repeated.
+// Callers test for it with errors.As and an interface{ Delivered() bool }.
+type delivered struct{ error }
+
+func (delivered) Delivered() bool { return true }
+func (d delivered) Unwrap() error { return d.error }
+
+// Delivered reports whether a failed Exec had already handed its request
+// to the agent, so that the command may have run; only an exec that failed
+// before that may be retried.
+func Delivered(err error) bool {
+	var d interface{ Delivered() bool }
+	return errors.As(err, &d) && d.Delivered()
+}
+
 // unreachable classifies a failure to talk to the agent at all. The caller
 // giving up is not the sandbox's fault and keeps its own class.
 func unreachable(ctx context.Context, op string, err error) error {
@@ -219,6 +235,7 @@ func (c *Client) Exec(ctx context.Context, req api.AgentExecRequest, onEvent fun
 	if err != nil {
 		return api.ExecExit{}, unreachable(ctx, "exec", err)
 	}
+	// From here on the agent has the request.
 	if resp.StatusCode/100 != 2 {
 		stop()
 		defer resp.finish(false)
@@ -242,7 +259,7 @@ func readExecStream(ctx context.Context, body io.Reader, onEvent func(api.ExecEv
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // no exit event: the stream broke
 			}
-			return api.ExecExit{}, false, unreachable(ctx, "exec", fmt.Errorf("read stream: %w", err))
+			return api.ExecExit{}, false, unreachable(ctx, "exec", delivered{fmt.Errorf("read stream: %w", err)})
 		}
 		if ev.Exit != nil {
 			// The stream ends here; reading its end lets the

@@ -124,7 +124,8 @@ func (p *execPool) post(ctx context.Context, host, path string, body []byte) (*e
 		if err != nil {
 			stop()
 			conn.Close()
-			return nil, nil, fmt.Errorf("read response: %w", err)
+			// The whole request was written: the agent may be running it.
+			return nil, nil, delivered{fmt.Errorf("read response: %w", err)}
 		}
 		return &execResponse{Response: resp, conn: conn, pool: p}, stop, nil
 	}

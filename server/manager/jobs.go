@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -468,8 +469,9 @@ func (m *Manager) oomKills(id string) (uint64, bool) {
 }
 
 // execWithRetry runs the command on the agent. Only failures to reach the
-// agent are retried (the command never started), with backoff, inside the
-// connect-retry window; a sandbox the runtime reports dead is not retried.
+// agent before it had the request are retried (the command never started),
+// with backoff, inside the connect-retry window; a sandbox the runtime
+// reports dead is not retried.
 func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error) {
 	// The agent enforces the command timeout; this bound only catches an
 	// agent that stops answering.
@@ -487,7 +489,9 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 		if c := context.Cause(ctx); c != nil {
 			return exit, c
 		}
-		if !faults.Is(err, faults.CodeAgentUnreachable) || time.Now().After(deadline) {
+		// A request the agent already had may have started the command:
+		// running it again could run it twice.
+		if !faults.Is(err, faults.CodeAgentUnreachable) || delivered(err) || time.Now().After(deadline) {
 			return exit, err
 		}
 		if inst, ierr := m.rt.Inspect(ctx, rec.ID); ierr != nil || !inst.Alive {
@@ -505,6 +509,13 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 		}
 		backoff = min(backoff*2, 8*time.Second)
 	}
+}
+
+// delivered reports whether a failed exec had reached the agent (the
+// agent client marks such errors), so that its command may have run.
+func delivered(err error) bool {
+	var d interface{ Delivered() bool }
+	return errors.As(err, &d) && d.Delivered()
 }
 
 // finishJob records the terminal state per ORCHARD_COMPAT §3.11 and §4.
