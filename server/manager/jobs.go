@@ -489,9 +489,20 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 		if c := context.Cause(ctx); c != nil {
 			return exit, c
 		}
+		if !faults.Is(err, faults.CodeAgentUnreachable) {
+			return exit, err
+		}
 		// A request the agent already had may have started the command:
-		// running it again could run it twice.
-		if !faults.Is(err, faults.CodeAgentUnreachable) || delivered(err) || time.Now().After(deadline) {
+		// running it again could run it twice. Its failure is the
+		// sandbox's death when the runtime sees one (the agent is killed
+		// with its sandbox, and noticed within deathSettle).
+		if delivered(err) {
+			if f := m.DeathFault(ctx, rec.ID); f != nil {
+				return exit, f
+			}
+			return exit, err
+		}
+		if time.Now().After(deadline) {
 			return exit, err
 		}
 		if inst, ierr := m.rt.Inspect(ctx, rec.ID); ierr != nil || !inst.Alive {
