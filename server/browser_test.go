@@ -245,15 +245,7 @@ func TestBrowserCDPProxy(t *testing.T) {
 	if title != "Orchard test" {
 		t.Fatalf("title over cdp %q", title)
 	}
-	// The sandbox's session sees what the outside client did, and still works.
-	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none&text=true", nil)
-	want(t, o, 200)
-	if !strings.Contains(fmt.Sprint(o.body["text"]), "set over cdp") {
-		t.Fatalf("observation after the cdp client: %.600s", o.raw)
-	}
-	if ts, _ := call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil).body["tabs"].([]any); len(ts) != 1 {
-		t.Fatalf("tabs after the cdp client detached: %v", ts)
-	}
+	sessionSees(t, srv, id, "set over cdp", "chromedp")
 }
 
 // rod attaches through the proxy too, with the API key as a handshake
@@ -298,12 +290,7 @@ func TestBrowserCDPProxyRod(t *testing.T) {
 		t.Fatalf("#out after rod's click: %q %v", text, err)
 	}
 	ws.Close()
-	// The sandbox's session sees the click and still answers.
-	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none&text=true", nil)
-	want(t, o, 200)
-	if !strings.Contains(fmt.Sprint(o.body["text"]), "clicked") {
-		t.Fatalf("observation after rod: %.600s", o.raw)
-	}
+	sessionSees(t, srv, id, "clicked", "rod")
 }
 
 // Playwright's connectOverCDP attaches through the proxy with the API key as
@@ -337,13 +324,21 @@ func TestBrowserCDPProxyPlaywright(t *testing.T) {
 	if got.Title != "Orchard test" || got.Out != "clicked" || !got.PNG || got.Bytes < 1000 {
 		t.Fatalf("playwright saw %+v", got)
 	}
+	sessionSees(t, srv, id, "clicked", "playwright")
+}
+
+// sessionSees checks, after an outside DevTools client (named who) has
+// detached, that the sandbox's own session still answers, shows text the
+// client put on the page, and kept its single tab.
+func sessionSees(t *testing.T, srv *testserver.Server, id, text, who string) {
+	t.Helper()
 	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none&text=true", nil)
 	want(t, o, 200)
-	if !strings.Contains(fmt.Sprint(o.body["text"]), "clicked") {
-		t.Fatalf("observation after playwright: %.600s", o.raw)
+	if !strings.Contains(fmt.Sprint(o.body["text"]), text) {
+		t.Fatalf("observation after %s: %.600s", who, o.raw)
 	}
 	if ts, _ := call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil).body["tabs"].([]any); len(ts) != 1 {
-		t.Fatalf("tabs after playwright disconnected: %v", ts)
+		t.Fatalf("tabs after %s detached: %v", who, ts)
 	}
 }
 

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -39,7 +40,7 @@ func TestSandboxLockOrder(t *testing.T) {
 			for range c.n {
 				i := -1
 				for j, turn := range turns {
-					if granted(turn) && !contains(got, j) && !contains(c.leave, j) {
+					if granted(turn) && !slices.Contains(got, j) && !slices.Contains(c.leave, j) {
 						if i >= 0 {
 							t.Fatalf("turns %d and %d granted at once", i, j)
 						}
@@ -89,13 +90,4 @@ func granted(turn chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
