@@ -161,6 +161,10 @@ func (s *Server) Stop(t testing.TB, remove bool) {
 	_ = s.Manager.Shutdown(ctx)
 	s.egress.Close()
 	if remove {
+		// Shutdown may have used up its context waiting for a job that
+		// was still running; removing sandboxes gets time of its own.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		insts, err := s.Runtime.List(ctx)
 		if err != nil {
 			t.Errorf("list sandboxes at cleanup: %v", err)
