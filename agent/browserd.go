@@ -42,6 +42,8 @@ type BrowserOptions struct {
 	Headless          *bool            `json:"headless,omitempty"`
 	AutoAcceptDialogs bool             `json:"auto_accept_dialogs,omitempty"`
 	FocusNewTabs      bool             `json:"focus_new_tabs,omitempty"`
+	// Engine: see browser.Options.Engine ("", "chromium", "headless-shell").
+	Engine string `json:"engine,omitempty"`
 	// FastFrames: see browser.Options.FastFrames.
 	FastFrames bool `json:"fast_frames,omitempty"`
 	// ProxyServer is the sandbox's egress proxy, set by the agent.
@@ -65,7 +67,7 @@ type BrowserOptions struct {
 func (o BrowserOptions) session(log *slog.Logger) browser.Options {
 	bo := browser.Options{
 		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
-		Headless: o.Headless, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, FastFrames: o.FastFrames, Logger: log,
+		Headless: o.Headless, Engine: o.Engine, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, FastFrames: o.FastFrames, Logger: log,
 		// GET /browser/cdp proxies to it.
 		DevTools: true,
 	}

@@ -31,6 +31,11 @@ func TestBrowserOptionsSession(t *testing.T) {
 				t.Errorf("got %+v", so)
 			}
 		}},
+		{"engine", `{"engine": "chromium"}`, func(t *testing.T, o BrowserOptions) {
+			if e := o.session(slog.Default()).Engine; e != "chromium" {
+				t.Errorf("engine %q", e)
+			}
+		}},
 		{"proxy", `{"proxy_server": "127.0.0.1:3128"}`, func(t *testing.T, o BrowserOptions) {
 			if so := o.session(slog.Default()); so.ProxyServer != "http://127.0.0.1:3128" || so.Evidence == nil {
 				t.Errorf("proxy %q, evidence set: %v", so.ProxyServer, so.Evidence != nil)

@@ -2,12 +2,11 @@ package browser
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"os/exec"
 	"time"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/chromium"
 )
 
 // Viewport is a size in CSS pixels.
@@ -19,9 +18,13 @@ type Viewport struct {
 // Options configure a Session. The zero value is usable: Launch fills the
 // defaults documented on each field.
 type Options struct {
-	// ExecPath is the browser binary. Default: "chromium", else
-	// "chromium-browser", looked up in PATH.
+	// ExecPath is the browser binary. Default: the binary of Engine.
 	ExecPath string
+	// Engine picks the binary when ExecPath is empty: chromium.Auto (the
+	// default: Debian's chromium-headless-shell for a headless session
+	// when installed, else chromium), chromium.Browser or
+	// chromium.HeadlessShell.
+	Engine string
 	// UserDataDir is the profile directory. Default: a fresh temporary
 	// directory that Close removes. A directory given here is kept.
 	UserDataDir string
@@ -123,17 +126,6 @@ const (
 )
 
 func (o Options) withDefaults() (Options, error) {
-	if o.ExecPath == "" {
-		for _, name := range []string{"chromium", "chromium-browser"} {
-			if p, err := exec.LookPath(name); err == nil {
-				o.ExecPath = p
-				break
-			}
-		}
-		if o.ExecPath == "" {
-			return o, errors.New("no chromium or chromium-browser in PATH")
-		}
-	}
 	if o.Viewport.Width <= 0 {
 		o.Viewport.Width = 1280
 	}
@@ -143,6 +135,13 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Headless == nil {
 		t := true
 		o.Headless = &t
+	}
+	if o.ExecPath == "" {
+		p, err := chromium.Find(o.Engine, *o.Headless)
+		if err != nil {
+			return o, err
+		}
+		o.ExecPath = p
 	}
 	if o.DownloadDir == "" {
 		o.DownloadDir = DefaultDownloadDir

@@ -24,7 +24,7 @@ import (
 // the encoders see about what a page gives them, not a blank screen.
 func benchSession(b *testing.B) *Session {
 	b.Helper()
-	if chromium, ok := testenv.ChromiumPath(); ok {
+	if chromium, ok := testenv.HeadedChromiumPath(); ok {
 		page := filepath.Join(b.TempDir(), "page.html")
 		if err := os.WriteFile(page, []byte(benchPage()), 0o644); err != nil {
 			b.Fatal(err)

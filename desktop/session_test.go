@@ -313,7 +313,7 @@ func TestCloseLeavesNoProcesses(t *testing.T) {
 	// Xvfb, openbox, xterm and its shell; chromium adds itself and at
 	// least two helpers (zygotes, GPU and network processes).
 	apps, want := []string{AppXterm}, 4
-	if _, ok := testenv.ChromiumPath(); ok {
+	if _, ok := testenv.HeadedChromiumPath(); ok {
 		apps, want = append(apps, AppChromium), want+3
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -32,12 +32,16 @@ var browserStep = map[string]any{
 // benchBrowser creates a browser sandbox (800×600), waits for it, writes
 // testPage to /workspace/page.html and navigates to it. It returns the
 // sandbox id and the time from POST /sandboxes to ready.
-// ORCHARD_BENCH_FAST_FRAMES=1 creates it with `"fast_frames": true`.
+// ORCHARD_BENCH_FAST_FRAMES=1 creates it with `"fast_frames": true`;
+// ORCHARD_BENCH_ENGINE=chromium|headless-shell sets its `engine`.
 func benchBrowser(b testing.TB, srv *testserver.Server, memory string) (string, time.Duration) {
 	b.Helper()
 	settings := map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}
 	if os.Getenv("ORCHARD_BENCH_FAST_FRAMES") == "1" {
 		settings["fast_frames"] = true
+	}
+	if e := os.Getenv("ORCHARD_BENCH_ENGINE"); e != "" {
+		settings["engine"] = e
 	}
 	body := map[string]any{"image": "host", "block_network": true, "kind": "browser", "browser": settings}
 	if memory != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/chromium"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/server/manager"
 	"github.com/orchard/orchard/sitehealth"
@@ -168,6 +169,17 @@ func sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ..
 		if p.Kind != api.KindBrowser {
 			return errValidation(validationItem{Type: "value_error", Loc: at("browser"),
 				Msg: "browser settings need kind \"browser\"", Input: jsonInput(req.Browser)})
+		}
+		var bs struct {
+			Engine string `json:"engine"`
+		}
+		if json.Unmarshal(req.Browser, &bs) == nil {
+			switch bs.Engine {
+			case chromium.Auto, chromium.Browser, chromium.HeadlessShell:
+			default:
+				return errValidation(validationItem{Type: "value_error", Loc: at("browser", "engine"),
+					Msg: "browser.engine must be \"chromium\" or \"headless-shell\" (or absent)", Input: bs.Engine})
+			}
 		}
 		p.KindOptions = req.Browser
 	}

@@ -112,6 +112,7 @@ func TestPublicAuthAndErrors(t *testing.T) {
 		{"create unknown fault kind", "POST", "/sandboxes", map[string]any{"image": "host", "faults": map[string]any{"faults": []map[string]any{{"kind": "meteor", "p": 1}}}}, nil, 400, nil},
 		{"create fault p out of range", "POST", "/sandboxes", map[string]any{"image": "host", "faults": map[string]any{"faults": []map[string]any{{"kind": "hang", "p": 2}}}}, nil, 400, nil},
 		{"create oom fault without a memory limit", "POST", "/sandboxes", map[string]any{"image": "host", "memory": "16Gi", "faults": map[string]any{"faults": []map[string]any{{"kind": "oom", "p": 1}}}}, nil, 400, nil},
+		{"create unknown browser engine", "POST", "/sandboxes", map[string]any{"image": "host", "kind": "browser", "browser": map[string]any{"engine": "firefox"}}, nil, 422, nil},
 		{"create unknown kind", "POST", "/sandboxes", map[string]any{"image": "host", "kind": "quantum"}, nil, 501, nil},
 		{"exec env not strings", "POST", "/sandboxes/zz/exec", map[string]any{"command": "true", "env": map[string]any{"A": 1}}, nil, 422, nil},
 		{"exec missing command", "POST", "/sandboxes/zz/exec", map[string]any{}, nil, 422, nil},

@@ -2,17 +2,20 @@ package testenv
 
 import (
 	"os"
-	"os/exec"
 	"testing"
+
+	"github.com/orchard/orchard/internal/chromium"
 )
 
-// RequireChromium returns the path of a Chromium binary ($ORCHARD_CHROMIUM,
-// else chromium or chromium-browser in PATH), or skips (or fails, see
-// Require) when there is none. The dependency's name is "chromium".
+// RequireChromium returns the path of the Chromium binary a headless
+// browser session runs by default ($ORCHARD_CHROMIUM, else what
+// chromium.Find picks: the headless shell when installed, else chromium),
+// or skips (or fails, see Require) when there is none. The dependency's
+// name is "chromium".
 func RequireChromium(t testing.TB) string {
 	t.Helper()
 	p, ok := ChromiumPath()
-	Require(t, "chromium", ok, "no chromium or chromium-browser in PATH (apt-get install chromium)")
+	Require(t, "chromium", ok, "no chromium in PATH (apt-get install chromium chromium-headless-shell)")
 	return p
 }
 
@@ -22,10 +25,13 @@ func ChromiumPath() (string, bool) {
 	if p := os.Getenv("ORCHARD_CHROMIUM"); p != "" {
 		return p, true
 	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, true
-		}
-	}
-	return "", false
+	p, err := chromium.Find(chromium.Auto, true)
+	return p, err == nil
+}
+
+// HeadedChromiumPath finds the whole browser, for tests that show it on an
+// X display (the headless shell has no window).
+func HeadedChromiumPath() (string, bool) {
+	p, err := chromium.Find(chromium.Browser, false)
+	return p, err == nil
 }
