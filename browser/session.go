@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/chromium"
 )
 
 // Session is one running browser with its tabs. All methods are safe for
@@ -45,6 +46,9 @@ type Session struct {
 	// reaping (see reap).
 	procName  string
 	procStart uint64
+	// shell: the browser is a headless shell, whose default fonts differ
+	// from the whole browser's (shellFonts).
+	shell bool
 	// devToolsURL is the browser's DevTools WebSocket when Options.DevTools.
 	devToolsURL string
 
@@ -97,6 +101,7 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 		done:    make(chan struct{}),
 		frames:  make(map[int64]frameInfo),
 		dataDir: o.UserDataDir,
+		shell:   chromium.IsHeadlessShell(o.ExecPath),
 	}
 	if s.dataDir == "" {
 		dir, err := os.MkdirTemp("", "orchard-browser-")

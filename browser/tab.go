@@ -132,6 +132,16 @@ func (t *tab) waitReady(ctx context.Context) error {
 	return nil
 }
 
+// shellFonts are the whole browser's default generic font families on
+// Linux (Chromium's locale_settings_linux). The headless shell has other
+// defaults (its monospace resolved to another font, so a textarea or a
+// code block came out a different size); with these set on each tab it
+// draws pages as the whole browser does (TestEnginesRenderAlike).
+var shellFonts = page.FontFamilies{
+	Standard: "Times New Roman", Fixed: "Monospace", Serif: "Times New Roman",
+	SansSerif: "Arial", Cursive: "Comic Sans MS", Fantasy: "Impact",
+}
+
 // setup applies the session's emulation to a freshly attached tab. The
 // viewport is set explicitly: in new headless, --window-size gives a
 // smaller viewport than asked.
@@ -166,6 +176,11 @@ func (t *tab) setup(ctx context.Context) error {
 	if o.Timezone != "" {
 		if _, err := cdp.Call(ctx, t.target, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: o.Timezone}); err != nil {
 			return fmt.Errorf("set timezone: %w", err)
+		}
+	}
+	if t.s.shell {
+		if _, err := cdp.Call(ctx, t.target, page.SetFontFamilies, page.SetFontFamiliesParams{FontFamilies: &shellFonts}); err != nil {
+			return fmt.Errorf("set font families: %w", err)
 		}
 	}
 	if o.FastFrames {

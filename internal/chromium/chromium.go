@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 )
 
 // Engines a session may ask for.
@@ -85,4 +87,11 @@ func findBrowser() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: no chromium or chromium-browser in PATH (apt-get install chromium)", ErrNotFound)
+}
+
+// IsHeadlessShell reports whether the binary at path is a headless shell,
+// by its name.
+func IsHeadlessShell(path string) bool {
+	base := filepath.Base(path)
+	return strings.Contains(base, "headless-shell") || strings.Contains(base, "headless_shell")
 }

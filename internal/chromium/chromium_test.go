@@ -71,3 +71,18 @@ func TestFind(t *testing.T) {
 		})
 	}
 }
+
+func TestIsHeadlessShell(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/usr/lib/chromium/chromium-headless-shell": true,
+		"/opt/chrome/chrome-headless-shell":         true,
+		"/x/headless_shell":                         true,
+		"/usr/bin/chromium":                         false,
+		"/usr/lib/chromium/chromium":                false,
+		"/headless-shell-dir/chromium":              false,
+	} {
+		if got := IsHeadlessShell(path); got != want {
+			t.Errorf("IsHeadlessShell(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
