@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
+
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/orchard/orchard/faults"
@@ -33,15 +33,29 @@ const (
 	PathEvidence = "/.orchard/egress/evidence"
 )
 
-// Proxy is the sandbox's HTTP/HTTPS proxy.
+// Proxy is the sandbox's HTTP/HTTPS proxy. It serves each client
+// connection on one goroutine of its own: plain HTTP requests are
+// forwarded by the lean HTTP/1.1 forwarder (forward.go) over site
+// connections it keeps alive across client connections; CONNECT turns the
+// connection into a byte tunnel.
 type Proxy struct {
 	dial   DialFunc
 	log    *Log
 	inject *inject.Injector
 	logger *slog.Logger
-	fwd    *httputil.ReverseProxy
-	tr     *http.Transport
+	conns  connSet
+	idle   upstreamPool
 }
+
+// Bounds of idle connections, as net/http's server and transport had them
+// here: a client (a browser) keeps connections for a while between page
+// loads; a site connection is worth keeping while a page loads its
+// resources.
+const (
+	clientIdleTimeout   = 2 * time.Minute
+	upstreamIdleTimeout = 90 * time.Second
+	maxIdlePerHost      = 16
+)
 
 // NewProxy returns a proxy that reaches hosts with dial, records into
 // log, and applies inj's network faults (inj may be nil).
@@ -50,64 +64,64 @@ func NewProxy(dial DialFunc, log *Log, inj *inject.Injector, logger *slog.Logger
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{dial: dial, log: log, inject: inj, logger: logger}
-	p.tr = &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, port, err := SplitHostPort(addr, 80)
-			if err != nil {
-				return nil, err
-			}
-			c, err := p.dial(ctx, host, port)
-			if hook, ok := ctx.Value(dialHookKey{}).(func(error)); ok {
-				hook(err)
-			}
-			return c, err
-		},
-		DisableCompression:  true, // pass bodies through as the site sent them
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		ForceAttemptHTTP2:   false,
-	}
-	p.fwd = &httputil.ReverseProxy{
-		Transport: p.tr,
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.Host = pr.In.Host
-		},
-		ErrorLog:   slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
-		BufferPool: bufferPool{},
-	}
+	p.idle.conns = &p.conns
 	return p
 }
 
 // Log is the proxy's connection log.
 func (p *Proxy) Log() *Log { return p.log }
 
-// Serve serves the proxy on ln until ctx ends.
+// Serve serves the proxy on ln until ctx ends, then closes every
+// connection it holds.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
-	}
-	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	err := srv.Serve(ln)
-	p.tr.CloseIdleConnections()
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+	var wg sync.WaitGroup
+	var err error
+	var backoff time.Duration
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			if ctx.Err() != nil || errors.Is(aerr, net.ErrClosed) {
+				break
+			}
+			// Out of descriptors, most likely: wait for some to close,
+			// as net/http's server does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.logger.Debug("egress proxy: accept", "err", aerr, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+			break
+		}
+		backoff = 0
+		if !p.conns.add(c) {
+			c.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.serveConn(ctx, c)
+		}()
 	}
+	p.conns.closeAll()
+	wg.Wait()
+	p.idle.closeAll()
 	return err
 }
 
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.Method == http.MethodConnect:
-		p.connect(w, r)
-	case r.URL.IsAbs():
-		p.forward(w, r)
-	case r.URL.Path == PathLog:
+// serveLocal answers an origin-form request, one addressed to the proxy
+// itself: the log, the evidence, or an explanation.
+func (p *Proxy) serveLocal(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case PathLog:
 		p.serveLog(w, r)
-	case r.URL.Path == PathEvidence:
+	case PathEvidence:
 		p.serveEvidence(w, r)
 	default:
 		http.Error(w, "this is the sandbox's HTTP proxy: send absolute-form requests or CONNECT", http.StatusBadRequest)
@@ -117,6 +131,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // statusOf is the status the proxy answers a failed connection with.
 func statusOf(f *faults.Error) int {
 	switch {
+	case f.Status != 0:
+		return f.Status
 	case f.Source == faults.Policy:
 		return http.StatusForbidden
 	case f.Category == faults.Timeout:
@@ -176,72 +192,83 @@ func (p *Proxy) finish(e *Entry, start time.Time, status int, err error) {
 	})
 }
 
-func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+// connect serves a CONNECT request: the client's connection becomes a
+// tunnel to the host, its bytes copied both ways.
+func (p *Proxy) connect(c *clientConn) {
 	start := time.Now()
-	host, port, err := SplitHostPort(r.Host, 443)
+	target := c.req.target
+	host, port, err := SplitHostPort(target, 443)
 	e := p.log.begin(Entry{Start: start, Method: http.MethodConnect, Host: normalizeHost(host), Port: port,
-		URL: "https://" + r.Host, Scheme: "tunnel", Timings: Timings{Connect: -1, Wait: -1}})
+		URL: "https://" + target, Scheme: "tunnel", Timings: Timings{Connect: -1, Wait: -1}})
 	if err != nil {
-		p.fail(w, e, start, err)
+		c.fail(e, start, err)
 		return
 	}
-	kind, status, err := p.preDial(r.Context(), e)
+	kind, status, err := p.preDial(c.ctx, e)
 	if err != nil {
-		p.fail(w, e, start, err)
+		c.fail(e, start, err)
 		return
 	}
 	if kind == faults.InjectHTTPStatus {
-		p.injectStatus(w, e, start, status)
+		c.injectStatus(e, start, status)
 		return
 	}
 	var up net.Conn
 	if kind != faults.InjectConnectionReset {
-		if up, err = p.dial(r.Context(), e.Host, port); err != nil {
-			p.fail(w, e, start, err)
+		if up, err = p.dialConn(c.ctx, e.Host, port); err != nil {
+			c.fail(e, start, err)
 			return
 		}
 	}
 	connected := time.Since(start)
 	p.log.update(e, func(e *Entry) { e.Timings.Connect = ms(connected); e.Status = http.StatusOK })
-	rc := http.NewResponseController(w)
-	conn, brw, err := rc.Hijack()
-	if err != nil {
-		closeConn(up)
-		p.finish(e, start, 0, err)
-		return
-	}
-	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		closeConn(up)
-		conn.Close()
+	if _, err := io.WriteString(c.conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		p.closeConn(up)
 		p.finish(e, start, 0, nil)
 		return
 	}
 	if kind == faults.InjectConnectionReset {
 		// Logged first: the client may look at the log as soon as it sees the reset.
 		p.finish(e, start, 0, injectedReset(e.Host))
-		reset(conn)
+		reset(c.conn)
 		return
 	}
 	// Bytes the client sent behind its CONNECT go first, so that from then
 	// on the copies run between the bare sockets, which the kernel splices.
 	var early int64
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
+	if n := c.br.Buffered(); n > 0 {
+		b, _ := c.br.Peek(n)
 		if _, err := up.Write(b); err != nil {
-			conn.Close()
-			up.Close()
+			p.closeConn(up)
 			p.finish(e, start, 0, nil)
 			return
 		}
 		early = int64(n)
 	}
-	sent, recv := pipe(conn, up)
+	sent, recv := pipe(c.conn, up)
+	p.conns.remove(up)
 	p.log.update(e, func(e *Entry) { e.Sent, e.Recv = sent+early, recv })
 	p.finish(e, start, 0, nil)
 }
 
-func closeConn(c net.Conn) {
+// dialConn dials host:port for the proxy and tracks the connection, so
+// that Serve closes it when it returns.
+func (p *Proxy) dialConn(ctx context.Context, host string, port int) (net.Conn, error) {
+	up, err := p.dial(ctx, host, port)
+	if err != nil {
+		return nil, err
+	}
+	if !p.conns.add(up) {
+		up.Close()
+		return nil, faults.New(faults.CodeEgressUnavailable, faults.Unavailable, faults.Network, "egress proxy: shutting down")
+	}
+	return up, nil
+}
+
+// closeConn closes a connection from dialConn.
+func (p *Proxy) closeConn(c net.Conn) {
 	if c != nil {
+		p.conns.remove(c)
 		c.Close()
 	}
 }
@@ -281,90 +308,6 @@ func (p *Proxy) injectStatus(w http.ResponseWriter, e *Entry, start time.Time, s
 	fmt.Fprintf(w, "<html><body><h1>%d %s</h1></body></html>\n", status, http.StatusText(status))
 }
 
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	port := 80
-	if r.URL.Scheme == "https" {
-		port = 443
-	}
-	host, port, err := SplitHostPort(r.URL.Host, port)
-	e := p.log.begin(Entry{Start: start, Method: r.Method, Host: normalizeHost(host), Port: port,
-		URL: r.URL.String(), Scheme: "http", Timings: Timings{Connect: -1, Wait: -1}})
-	if err == nil && r.URL.Scheme != "http" {
-		err = faults.Newf(faults.CodeEgressDenied, faults.InvalidRequest, faults.Policy, "egress: the proxy forwards http:// only; use CONNECT for %s", r.URL.Scheme)
-	}
-	if err != nil {
-		p.fail(w, e, start, err)
-		return
-	}
-	kind, status, err := p.preDial(r.Context(), e)
-	if err != nil {
-		p.fail(w, e, start, err)
-		return
-	}
-	switch kind {
-	case faults.InjectHTTPStatus:
-		p.injectStatus(w, e, start, status)
-		return
-	case faults.InjectConnectionReset:
-		p.finish(e, start, 0, injectedReset(e.Host))
-		if conn, _, herr := http.NewResponseController(w).Hijack(); herr == nil {
-			reset(conn)
-		}
-		return
-	}
-	var dialErr atomic.Pointer[error]
-	var sent countReader
-	if r.Body != nil && r.Body != http.NoBody {
-		sent.r = r.Body
-		r.Body = &sent
-	}
-	ctx := withDialHook(r.Context(), func(err error) {
-		if err != nil {
-			dialErr.Store(&err)
-		} else {
-			d := time.Since(start)
-			p.log.update(e, func(e *Entry) { e.Timings.Connect = ms(d) })
-		}
-	})
-	r = r.WithContext(ctx)
-	rw := &recordingWriter{ResponseWriter: w}
-	fwd := *p.fwd
-	fwd.ModifyResponse = func(resp *http.Response) error {
-		wait := time.Since(start)
-		p.log.update(e, func(e *Entry) {
-			e.Status = resp.StatusCode
-			e.MIME = resp.Header.Get("Content-Type")
-			e.Timings.Wait = ms(wait)
-		})
-		return nil
-	}
-	fwd.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		if de := dialErr.Load(); de != nil {
-			err = *de
-		} else if _, ok := errors.AsType[*faults.Error](err); !ok {
-			err = classifyDial(err, e.Host)
-		}
-		p.fail(w, e, start, err)
-	}
-	fwd.ServeHTTP(rw, r)
-	p.log.update(e, func(e *Entry) { e.Sent, e.Recv = sent.n, rw.n })
-	p.log.mu.Lock()
-	done := e.Done
-	p.log.mu.Unlock()
-	if !done {
-		p.finish(e, start, 0, nil)
-	}
-}
-
-type dialHookKey struct{}
-
-// withDialHook lets forward learn the classified dial error, which the
-// transport would otherwise wrap beyond recognition.
-func withDialHook(ctx context.Context, hook func(error)) context.Context {
-	return context.WithValue(ctx, dialHookKey{}, hook)
-}
-
 func (p *Proxy) serveLog(w http.ResponseWriter, r *http.Request) {
 	since, _ := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
 	entries := p.log.Entries(since)
@@ -387,29 +330,3 @@ func (p *Proxy) serveEvidence(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.NewEncoder(w).Encode(e)
 }
-
-type recordingWriter struct {
-	http.ResponseWriter
-	n int64
-}
-
-func (w *recordingWriter) Write(p []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(p)
-	w.n += int64(n)
-	return n, err
-}
-
-func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-type countReader struct {
-	r io.ReadCloser
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-func (c *countReader) Close() error { return c.r.Close() }

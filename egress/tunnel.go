@@ -415,12 +415,6 @@ func spliceable(a, b any) bool {
 	return aok && bok && (at || bt)
 }
 
-// bufferPool lends the forwarding proxy the same buffers.
-type bufferPool struct{}
-
-func (bufferPool) Get() []byte  { return *copyBufs.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { copyBufs.Put(&b) }
-
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		if cw.CloseWrite() == nil {
