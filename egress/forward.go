@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,9 +63,9 @@ type clientConn struct {
 	// linger: the connection may hold unread input when it closes (a
 	// refused request's rest, an unread body).
 	linger bool
-	// cutShort: the site answered before it had the whole request body,
-	// the rest of which is still on its way from the client.
-	cutShort bool
+	// stopping: the proxy is ending a body's copy itself, whose failure
+	// then says nothing about the client.
+	stopping atomic.Bool
 	out      []byte // the request head being forwarded
 	rout     []byte // the response head being forwarded
 }
@@ -272,21 +273,32 @@ func (c *clientConn) forward() bool {
 	key := e.Host + ":" + strconv.Itoa(port)
 	var sent int64
 	var up *upstream
-	c.cutShort = false
+	var body chan bodyResult // the body's copy, when it runs beside the response
 	for attempt := 0; ; attempt++ {
 		var reused bool
 		up, reused, err = c.upstreamFor(key, e, start, port)
 		if err != nil {
 			return c.fail(e, start, err)
 		}
-		sent, err = c.sendRequest(up)
-		if err != nil && req.hasBody() && c.cr.err == nil && c.cw.err == nil {
-			// The site stopped reading the body; it may have said why
-			// (413, 401) before closing.
-			if c.readResponseHead(up) == nil {
-				c.cutShort, err = true, nil
-				break
-			}
+		var early int64
+		early, err = c.sendHead(up)
+		if err == nil && (early < req.contentLength || req.chunked) {
+			// The rest of the body is copied beside the response, which
+			// a site may send before it has read the body (413, 401) or
+			// while it reads it.
+			body = make(chan bodyResult, 1)
+			go func() {
+				n, err := c.sendBody(up, early)
+				r := bodyResult{n: early + n, err: err}
+				if err != nil && c.cr.err != nil && !c.stopping.Load() {
+					// The client went away: its answer no longer matters.
+					r.clientGone = true
+					up.conn.Close()
+				}
+				body <- r
+			}()
+		} else {
+			sent = early
 		}
 		if err == nil {
 			err = c.readResponseHead(up)
@@ -295,7 +307,11 @@ func (c *clientConn) forward() bool {
 			break
 		}
 		c.dropUpstream()
-		if c.cw.err != nil {
+		clientGone := c.cw.err != nil
+		if body != nil {
+			clientGone = c.stopBody(body).clientGone || clientGone
+		}
+		if clientGone {
 			p.finish(e, start, 0, nil) // the client went away
 			return false
 		}
@@ -313,9 +329,19 @@ func (c *clientConn) forward() bool {
 		e.Status, e.MIME, e.Timings.Wait = resp.status, resp.contentType, ms(wait)
 	})
 	recv, keep, err := c.copyResponse(up)
-	if c.cutShort {
-		c.linger = true
-		c.dropUpstream()
+	if body != nil {
+		r, done := c.awaitBody(body)
+		if !done {
+			// The response is complete and the site still has not taken
+			// the whole body: it will not. The client's connection ends
+			// (with what it still sends read for a while), and the site's.
+			r = c.stopBody(body)
+		}
+		sent = r.n
+		if !done || r.err != nil {
+			keep, c.linger = false, true
+			c.dropUpstream()
+		}
 	}
 	if err != nil {
 		c.dropUpstream()
@@ -400,12 +426,11 @@ func containsToken(list, tok string) bool {
 	return false
 }
 
-// sendRequest writes the request head and body to the site; it returns
-// the body bytes.
-func (c *clientConn) sendRequest(up *upstream) (int64, error) {
+// sendHead writes the request head to the site, with as much of the body
+// as the client's buffer holds; it returns those body bytes.
+func (c *clientConn) sendHead(up *upstream) (int64, error) {
 	req := &c.req
 	out := c.out
-	// A body already in the buffer leaves with the head, in one write.
 	var early int
 	if req.contentLength > 0 {
 		early = int(min(req.contentLength, int64(c.br.Buffered())))
@@ -416,9 +441,6 @@ func (c *clientConn) sendRequest(up *upstream) (int64, error) {
 		return 0, err
 	}
 	c.br.Discard(early)
-	if !req.hasBody() {
-		return 0, nil
-	}
 	if req.expect100 && (req.chunked || int64(early) < req.contentLength) {
 		// The client waits for this before sending its body; the site,
 		// which no longer sees the Expect header, would not send it.
@@ -426,21 +448,72 @@ func (c *clientConn) sendRequest(up *upstream) (int64, error) {
 			return int64(early), err
 		}
 	}
+	return int64(early), nil
+}
+
+// bodyResult is how a request body's copy ended.
+type bodyResult struct {
+	n          int64 // body bytes sent
+	err        error
+	clientGone bool // it failed reading from the client
+}
+
+// bodyWait is how long a complete response waits for the request body's
+// copy to report: a site that read the whole body before answering has
+// taken its last byte already, and the copy is about to end.
+const bodyWait = 50 * time.Millisecond
+
+// awaitBody waits briefly for the body's copy; false if it is still
+// running.
+func (c *clientConn) awaitBody(body chan bodyResult) (bodyResult, bool) {
+	select {
+	case r := <-body:
+		return r, true
+	default:
+	}
+	t := time.NewTimer(bodyWait)
+	defer t.Stop()
+	select {
+	case r := <-body:
+		return r, true
+	case <-t.C:
+		return bodyResult{}, false
+	}
+}
+
+// sendBody copies the rest of the request body, after the early bytes
+// sendHead sent, from the client to the site. It runs beside the
+// response's reading, touching only the client's reader and the site
+// connection's writing side.
+func (c *clientConn) sendBody(up *upstream, early int64) (int64, error) {
+	req := &c.req
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(up.conn)
 	defer func() { bw.Reset(nil); writers.Put(bw) }()
 	if req.chunked {
-		n, err := copyChunked(bw, c.br, false)
-		return n, err
+		return copyChunked(bw, c.br, false)
 	}
-	err := copyN(bw, c.br, req.contentLength-int64(early))
+	rest := req.contentLength - early
+	err := copyN(bw, c.br, rest)
 	if err == nil {
 		err = bw.Flush()
 	}
 	if err != nil {
 		return 0, err
 	}
-	return req.contentLength, nil
+	return rest, nil
+}
+
+// stopBody ends the body's copy wherever it waits, for the site or for
+// the client, and returns how it ended.
+func (c *clientConn) stopBody(body chan bodyResult) bodyResult {
+	c.dropUpstream()
+	c.stopping.Store(true)
+	_ = c.conn.SetReadDeadline(time.Unix(1, 0))
+	r := <-body
+	_ = c.conn.SetReadDeadline(time.Time{})
+	c.stopping.Store(false)
+	return r
 }
 
 // readResponseHead reads the site's final response head into c.resp,
@@ -529,7 +602,7 @@ func (c *clientConn) copyResponse(up *upstream) (int64, bool, error) {
 	case resp.contentLength >= 0:
 		mode = length
 	}
-	keep := req.persistent() && mode != untilEOF && !c.cutShort
+	keep := req.persistent() && mode != untilEOF
 	decode := mode == chunked && req.minor == 0
 	upKeep := resp.reusable() && mode != untilEOF
 	c.writeResponseHead(!keep, decode)

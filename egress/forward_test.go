@@ -133,6 +133,8 @@ func TestForwarder(t *testing.T) {
 			fmt.Fprintf(w, "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		case "/echo":
 			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Method: %s\r\n\r\n%s", len(body), req.Method, body)
+		case "/count":
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%d", len(fmt.Sprint(len(body))), len(body))
 		case "/hop":
 			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Site-Private\r\nKeep-Alive: timeout=5\r\nX-Site-Private: 1\r\nContent-Length: 0\r\n\r\n")
 		case "/big":
@@ -208,6 +210,11 @@ func TestForwarder(t *testing.T) {
 			{req: "PUT http://%s/echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\npi\r\n3\r\nng!\r\n0\r\n\r\n", status: 200, body: "ping!"},
 			{req: "POST http://%s/echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n", status: 100},
 		}},
+		{name: "large uploads", ex: []exchange{
+			{req: "POST http://%s/count HTTP/1.1\r\nContent-Length: 300000\r\n\r\n" + strings.Repeat("u", 300000), status: 200, body: "300000"},
+			{req: "POST http://%s/count HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n30000\r\n" + strings.Repeat("u", 0x30000) + "\r\n0\r\n\r\n", status: 200, body: fmt.Sprint(0x30000)},
+			{req: "GET http://%s/len HTTP/1.1\r\n\r\n", status: 200, body: "hello"},
+		}, siteConns: 1},
 		{name: "hop-by-hop headers stay on their hop", ex: []exchange{
 			{req: "GET http://%s/hop HTTP/1.1\r\nConnection: X-Client-Private\r\nX-Client-Private: 1\r\nProxy-Authorization: Basic eDp5\r\nKeep-Alive: 1\r\nTE: trailers, deflate\r\nX-End: 1\r\n\r\n",
 				status: 200, header: map[string]string{"X-Site-Private": "", "Keep-Alive": "", "Connection": ""}},
@@ -324,7 +331,13 @@ func TestForwarderLogs(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	entries := r.log.Entries(0)
+	// An entry is finished just after its response's last byte is sent.
+	var entries []Entry
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if entries = r.log.Entries(0); len(entries) == 2 && entries[1].Done {
+			break
+		}
+	}
 	if len(entries) != 2 {
 		t.Fatalf("%d entries", len(entries))
 	}
@@ -370,27 +383,80 @@ func TestForwarderEarlyAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	siteDone := make(chan struct{})
 	go func() {
+		defer close(siteDone)
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		br := bufio.NewReader(c)
-		readHead(br, nil)
+		readHead(bufio.NewReader(c), nil)
 		io.WriteString(c, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig")
-		c.(*net.TCPConn).SetLinger(0) // unread body: the close resets
+		c.(*net.TCPConn).CloseWrite()
+		// Closing with the body unread resets the connection, as a site
+		// that will not take an upload does.
+		time.Sleep(200 * time.Millisecond)
 		c.Close()
 	}()
 	r := newRig(t, nil, nil)
-	u := fmt.Sprintf("http://site.test:%d/upload", ln.Addr().(*net.TCPAddr).Port)
-	resp, err := r.client.Post(u, "application/octet-stream", strings.NewReader(strings.Repeat("u", 1<<20)))
+	conn, err := net.Dial("tcp", r.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	const size = 32 << 20 // more than the sockets on the way buffer
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		fmt.Fprintf(conn, "POST http://site.test:%d/upload HTTP/1.1\r\nContent-Length: %d\r\n\r\n", ln.Addr().(*net.TCPAddr).Port, size)
+		io.Copy(conn, io.LimitReader(zeros{}, size)) // fails once the proxy closes
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "POST"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	if resp.StatusCode != 413 || string(body) != "big" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	// The rest of the body will not be read: the connection ends.
+	if n, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Errorf("connection still open (%d bytes)", n)
+	}
+	conn.Close()
+	<-wrote
+	<-siteDone
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
+
+// TestForwarderClientLeavesMidUpload: a client that goes away in the
+// middle of its request body ends the exchange, and the site's connection,
+// without an error blamed on the site.
+func TestForwarderClientLeavesMidUpload(t *testing.T) {
+	site := newRawSite(t, func(req *http.Request, body string, w *bufio.Writer) bool {
+		fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+		return true
+	})
+	r := newRig(t, nil, nil)
+	conn, err := net.Dial("tcp", r.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST http://site.test:%d/ HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s", site.port(), 1<<20, strings.Repeat("u", 10<<10))
+	time.Sleep(50 * time.Millisecond)
+	conn.Close()
+	var entries []Entry
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if entries = r.log.Entries(0); len(entries) == 1 && entries[0].Done {
+			break
+		}
+	}
+	if len(entries) != 1 || !entries[0].Done || entries[0].Error != nil {
+		t.Fatalf("entries %+v", entries)
 	}
 }
 
