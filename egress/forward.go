@@ -276,7 +276,7 @@ func (c *clientConn) forward() bool {
 	var body chan bodyResult // the body's copy, when it runs beside the response
 	for attempt := 0; ; attempt++ {
 		var reused bool
-		up, reused, err = c.upstreamFor(key, e, start, port)
+		up, reused, err = c.upstreamFor(key, e, start, port, attempt > 0)
 		if err != nil {
 			return c.fail(e, start, err)
 		}
@@ -563,6 +563,8 @@ func (c *clientConn) writeResponseHead(closing, decode bool) {
 			continue
 		case decode && strings.EqualFold(f.name, "Transfer-Encoding"):
 			continue
+		case resp.hasTE && strings.EqualFold(f.name, "Content-Length"):
+			continue // Transfer-Encoding frames the body (RFC 9112 section 6.3)
 		}
 		b = appendField(b, f)
 	}
@@ -727,21 +729,25 @@ func (c *clientConn) switchProtocols(up *upstream) (int64, bool, error) {
 }
 
 // upstreamFor returns a connection to key for the request: the one the
-// client connection used last, an idle one, or a new one. reused reports
-// whether the site may have closed it in the meantime.
-func (c *clientConn) upstreamFor(key string, e *Entry, start time.Time, port int) (u *upstream, reused bool, err error) {
-	if c.up != nil {
-		// A request without a body is retried if the site has closed the
-		// connection meanwhile, which spares it the question.
-		if c.up.key == key && (!c.req.hasBody() || c.up.alive()) {
+// client connection used last, an idle one, or (always when fresh) a new
+// one. reused reports whether the site may have closed it meanwhile.
+func (c *clientConn) upstreamFor(key string, e *Entry, start time.Time, port int, fresh bool) (u *upstream, reused bool, err error) {
+	// A request without a body is sent again on a new connection if the
+	// site has closed the one it took, which spares asking the kernel
+	// whether it has (alive) before every request.
+	check := c.req.hasBody()
+	if c.up != nil && !fresh {
+		if c.up.key == key && (!check || c.up.alive()) {
 			return c.up, true, nil
 		}
 		c.p.idle.put(c.up)
 		c.up = nil
 	}
-	if u := c.p.idle.get(key); u != nil {
-		c.up = u
-		return u, true, nil
+	if !fresh {
+		if u := c.p.idle.get(key, check); u != nil {
+			c.up = u
+			return u, true, nil
+		}
 	}
 	conn, err := c.p.dialConn(c.ctx, e.Host, port)
 	if err != nil {
@@ -880,8 +886,9 @@ func (p *upstreamPool) put(u *upstream) {
 	p.mu.Unlock()
 }
 
-// get takes an idle connection to key that is still alive, or nil.
-func (p *upstreamPool) get(key string) *upstream {
+// get takes an idle connection to key, or nil; with check, one that is
+// still alive.
+func (p *upstreamPool) get(key string, check bool) *upstream {
 	for {
 		p.mu.Lock()
 		list := p.idle[key]
@@ -900,7 +907,7 @@ func (p *upstreamPool) get(key string) *upstream {
 		u.timer.Stop()
 		u.br = upstreamReaders.Get().(*bufio.Reader)
 		u.br.Reset(u.conn)
-		if u.alive() {
+		if !check || u.alive() {
 			return u
 		}
 		p.discard(u)

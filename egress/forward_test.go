@@ -112,6 +112,8 @@ func TestForwarder(t *testing.T) {
 		switch req.URL.Path {
 		case "/len":
 			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello")
+		case "/chunked-and-length":
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
 		case "/chunked":
 			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 11\r\n\r\n")
 		case "/head":
@@ -168,6 +170,10 @@ func TestForwarder(t *testing.T) {
 		}},
 		{name: "chunked passes through with its trailer", ex: []exchange{
 			{req: "GET http://%s/chunked HTTP/1.1\r\n\r\n", status: 200, body: "hello world"},
+			{req: "GET http://%s/len HTTP/1.1\r\n\r\n", status: 200, body: "hello"},
+		}, siteConns: 1},
+		{name: "chunked wins over a length", ex: []exchange{
+			{req: "GET http://%s/chunked-and-length HTTP/1.1\r\n\r\n", status: 200, body: "ok"},
 			{req: "GET http://%s/len HTTP/1.1\r\n\r\n", status: 200, body: "hello"},
 		}, siteConns: 1},
 		{name: "chunked decoded for HTTP/1.0", ex: []exchange{
@@ -353,25 +359,31 @@ func TestForwarderLogs(t *testing.T) {
 }
 
 // TestForwarderRetriesClosedIdle: a site connection that the site closed
-// while it sat idle is replaced without the client seeing an error.
+// while it sat idle, kept by the client's connection or in the pool, is
+// replaced without the client seeing an error.
 func TestForwarderRetriesClosedIdle(t *testing.T) {
-	var n atomic.Int32
-	site := newRawSite(t, func(req *http.Request, body string, w *bufio.Writer) bool {
-		n.Add(1)
-		fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		return false // closes after answering, without saying so
-	})
-	r := newRig(t, nil, nil)
-	u := fmt.Sprintf("http://site.test:%d/", site.port())
-	for i := range 3 {
-		st, body, _, err := get(t, r.client, u)
-		if err != nil || st != 200 || body != "ok" {
-			t.Fatalf("request %d: %d %q %v", i, st, body, err)
-		}
-		time.Sleep(20 * time.Millisecond) // the close reaches the proxy
-	}
-	if n.Load() != 3 || site.accepted.Load() != 3 {
-		t.Errorf("site answered %d requests on %d connections", n.Load(), site.accepted.Load())
+	for _, keepAlive := range []bool{true, false} {
+		t.Run(fmt.Sprintf("client keep-alive=%v", keepAlive), func(t *testing.T) {
+			var n atomic.Int32
+			site := newRawSite(t, func(req *http.Request, body string, w *bufio.Writer) bool {
+				n.Add(1)
+				fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				return false // closes after answering, without saying so
+			})
+			r := newRig(t, nil, nil)
+			r.client.Transport.(*http.Transport).DisableKeepAlives = !keepAlive
+			u := fmt.Sprintf("http://site.test:%d/", site.port())
+			for i := range 3 {
+				st, body, _, err := get(t, r.client, u)
+				if err != nil || st != 200 || body != "ok" {
+					t.Fatalf("request %d: %d %q %v", i, st, body, err)
+				}
+				time.Sleep(20 * time.Millisecond) // the close reaches the proxy
+			}
+			if n.Load() != 3 || site.accepted.Load() != 3 {
+				t.Errorf("site answered %d requests on %d connections", n.Load(), site.accepted.Load())
+			}
+		})
 	}
 }
 
