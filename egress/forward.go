@@ -77,6 +77,14 @@ type errWriter struct {
 	err error
 }
 
+func (w *errWriter) Write(b []byte) (int, error) {
+	n, err := w.w.Write(b)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}
+
 // errReader remembers whether reading from the client failed.
 type errReader struct {
 	r   io.Reader
@@ -87,14 +95,6 @@ func (r *errReader) Read(b []byte) (int, error) {
 	n, err := r.r.Read(b)
 	if err != nil && r.err == nil {
 		r.err = err
-	}
-	return n, err
-}
-
-func (w *errWriter) Write(b []byte) (int, error) {
-	n, err := w.w.Write(b)
-	if err != nil && w.err == nil {
-		w.err = err
 	}
 	return n, err
 }
@@ -388,7 +388,7 @@ func (c *clientConn) writeRequestHead(authority, path string) {
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, authority...)
 	b = append(b, "\r\n"...)
-	upgrade := req.upgrade && req.minor >= 1
+	upgrade := req.upgrading()
 	for _, f := range req.fields {
 		switch {
 		case strings.EqualFold(f.name, "Host"):
@@ -522,6 +522,11 @@ func (c *clientConn) readResponseHead(up *upstream) error {
 	for n := 0; ; n++ {
 		raw, err := readHead(up.br, c.hbuf)
 		if err != nil {
+			if n > 0 && err == io.EOF {
+				// Not a connection closed before the request arrived: one
+				// that has answered is not sent the request again.
+				err = io.ErrUnexpectedEOF
+			}
 			return err
 		}
 		c.hbuf = raw
@@ -582,7 +587,7 @@ func (c *clientConn) writeResponseHead(closing, decode bool) {
 func (c *clientConn) copyResponse(up *upstream) (int64, bool, error) {
 	req, resp := &c.req, &c.resp
 	if resp.status == http.StatusSwitchingProtocols {
-		if !req.upgrade {
+		if !req.upgrading() {
 			return 0, false, fmt.Errorf("%w: 101 without an upgrade request", errBadResponse)
 		}
 		return c.switchProtocols(up)

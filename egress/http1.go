@@ -248,6 +248,11 @@ func parseRequest(raw string, h *head) error {
 // is an extension the proxy does not need).
 func (h *head) persistent() bool { return h.minor >= 1 && !h.close }
 
+// upgrading reports whether the request asks to switch protocols, which
+// the proxy forwards for a request without a body (a WebSocket handshake):
+// after a 101 answer the connection's bytes are copied both ways.
+func (h *head) upgrading() bool { return h.upgrade && h.minor >= 1 && !h.hasBody() }
+
 // hasBody reports whether the request carries a body.
 func (h *head) hasBody() bool { return h.chunked || h.contentLength > 0 }
 
