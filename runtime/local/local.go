@@ -164,6 +164,9 @@ type Local struct {
 	// wideCgroups warns once that sandboxes could not be kept to
 	// sandboxControllers.
 	wideCgroups sync.Once
+	// run keeps ctrRoot and boxRoot on a tmpfs (runstate.go). Closed by
+	// Close.
+	run *runState
 
 	mu        sync.Mutex // guards sandboxes and closed
 	sandboxes map[string]*sandbox
@@ -235,6 +238,11 @@ func New(cfg Config) (*Local, error) {
 	}
 	if err != nil {
 		l.log.Warn("host masks are mounts in each sandbox, not one shared layer", "err", err)
+	}
+	// Last: nothing may fail after the mounts, which only Close removes.
+	if l.run, err = openRunState(cfg.StateDir, []string{l.ctrRoot, l.boxRoot}, l.log); err != nil {
+		l.closeFiles()
+		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	return l, nil
 }
@@ -570,6 +578,13 @@ func (l *Local) Close() error {
 	}
 	l.watchers.Wait()
 	// A create still starting now fails, as any create racing Close.
+	l.closeFiles()
+	l.run.close()
+	return nil
+}
+
+// closeFiles closes what New opened for every sandbox.
+func (l *Local) closeFiles() {
 	if l.init != nil {
 		_ = l.init.Close()
 	}
@@ -579,7 +594,6 @@ func (l *Local) Close() error {
 	if l.masks != nil {
 		_ = l.masks.Close() // live sandboxes' roots hold their own reference
 	}
-	return nil
 }
 
 // lookup returns the sandbox called id, re-attaching to one left by an
