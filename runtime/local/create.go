@@ -147,7 +147,7 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 		extra = append(extra, l.init)
 	}
 	proc := &libcontainer.Process{
-		Args:       agentArgs(spec, l.pidsLimit(spec), seccompFD, l.seccompFlags),
+		Args:       agentArgs(spec, seccompFD, l.seccompFlags),
 		ExtraFiles: extra,
 		Env:        agentEnv(img, workdir, spec.Env),
 		Cwd:        workdir,
@@ -342,20 +342,22 @@ func logTail(dir string) string {
 }
 
 // agentThreads is how many OS threads the agent reserves at start (see
-// agent.reserveThreads): enough for GOMAXPROCS plus the syscalls it blocks
-// in at once, at most an eighth of the sandbox's pids. Kept small: every
+// agent.reserveThreads), on top of the ≈5 its runtime starts with (main,
+// sysmon and those its background work wakes): together enough for
+// GOMAXPROCS plus the syscalls it blocks in at once. Kept small: every
 // thread of every sandbox costs memory, and pivot_root walks every thread
-// on the host, so a create gets slower with each thread alive (32 per
-// agent cost 1.3 MiB per sandbox and a visible share of create time).
-func agentThreads(pidsLimit int64) int {
-	return int(min(8, max(4, pidsLimit/8)))
-}
+// on the host (chroot_fs_refs), so each one alive slows every later create.
+// Over 1,000 creates the walk took 1.3–1.6 ms of CPU per create with 8
+// reserved (14 threads per agent) and 1.1 ms with 4 (10 threads), which
+// still keep the agent serving while a fork bomb holds the pids limit
+// (TestForkBombContained).
+const agentThreads = 4
 
 // agentArgs is the agent's command line: install the seccomp program from
 // seccompFD (when not -1) with seccompFlags, serve on the inherited socket
 // (fd 3), reserve threads, and run the sandbox's kind.
-func agentArgs(spec runtime.Spec, pids int64, seccompFD int, seccompFlags uint) []string {
-	args := []string{agentMount, "--listen-fd", "3", "--reserve-threads", strconv.Itoa(agentThreads(pids))}
+func agentArgs(spec runtime.Spec, seccompFD int, seccompFlags uint) []string {
+	args := []string{agentMount, "--listen-fd", "3", "--reserve-threads", strconv.Itoa(agentThreads)}
 	if seccompFD >= 0 {
 		args = append(args, "--seccomp-fd", strconv.Itoa(seccompFD), "--seccomp-flags", strconv.FormatUint(uint64(seccompFlags), 10))
 	}
