@@ -231,8 +231,9 @@ var keyAliases = map[string]string{
 }
 
 // namedKeys maps lowercased DOM key names ("enter", "arrowleft", "f5") to
-// their key definitions.
-var namedKeys = func() map[string]*kb.Key {
+// their key definitions. Built on first use, not at start-up: every
+// sandbox's agent links this package, and most never press a key.
+var namedKeys = sync.OnceValue(func() map[string]*kb.Key {
 	m := make(map[string]*kb.Key)
 	for _, k := range kb.Keys {
 		if utf8.RuneCountInString(k.Key) > 1 {
@@ -245,7 +246,7 @@ var namedKeys = func() map[string]*kb.Key {
 	m["space"] = kb.Keys[' ']
 	m["plus"] = kb.Keys['+']
 	return m
-}()
+})
 
 // parseKeys reads "Control+a", "Enter" or "Tab Tab Enter".
 func parseKeys(s string) ([]chord, error) {
@@ -275,7 +276,7 @@ func parseKeys(s string) ([]chord, error) {
 			}
 			if m, ok := modifierKeys[name]; ok {
 				c.key = m
-			} else if k, ok := namedKeys[name]; ok {
+			} else if k, ok := namedKeys()[name]; ok {
 				c.key = k
 			} else if utf8.RuneCountInString(p) == 1 {
 				r, _ := utf8.DecodeRuneInString(p)

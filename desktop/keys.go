@@ -3,6 +3,7 @@ package desktop
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -109,8 +110,10 @@ var keyAliases = map[string]xproto.Keysym{
 }
 
 // keyIndex is keysymNames and keyAliases under their normalised names,
-// plus F1–F35.
-var keyIndex = func() map[string]xproto.Keysym {
+// plus F1–F35. It and canonicalNames are built on first use, not at
+// start-up: every sandbox's agent links this package, and most never
+// press a key.
+var keyIndex = sync.OnceValue(func() map[string]xproto.Keysym {
 	m := make(map[string]xproto.Keysym, len(keysymNames)+len(keyAliases)+35)
 	for name, ks := range keysymNames {
 		m[normKeyName(name)] = ks
@@ -122,7 +125,7 @@ var keyIndex = func() map[string]xproto.Keysym {
 		m[fmt.Sprintf("f%d", i)] = 0xffbe + xproto.Keysym(i-1)
 	}
 	return m
-}()
+})
 
 // normKeyName folds case and drops '_' and '-', so the spellings of one
 // key name agree.
@@ -143,7 +146,7 @@ func keysymOf(name string) (xproto.Keysym, bool) {
 		r, _ := utf8.DecodeRuneInString(name)
 		return runeKeysym(r)
 	}
-	ks, ok := keyIndex[normKeyName(name)]
+	ks, ok := keyIndex()[normKeyName(name)]
 	return ks, ok
 }
 
@@ -250,7 +253,7 @@ func parseModifiers(s string) (chord, error) {
 // keyName is the canonical name of a keysym, for chords rebuilt from
 // other dialects: the X name where there is one, else the character.
 func keyName(ks xproto.Keysym) string {
-	if n, ok := canonicalNames[ks]; ok {
+	if n, ok := canonicalNames()[ks]; ok {
 		return n
 	}
 	if ks&0xff000000 == ksUnicode {
@@ -264,7 +267,7 @@ func keyName(ks xproto.Keysym) string {
 
 // canonicalNames maps the keysyms of keysymNames back to one name each,
 // preferring the modern spelling (Page_Up over Prior).
-var canonicalNames = func() map[xproto.Keysym]string {
+var canonicalNames = sync.OnceValue(func() map[xproto.Keysym]string {
 	m := make(map[xproto.Keysym]string, len(keysymNames))
 	for name, ks := range keysymNames {
 		if ks < 0x100 {
@@ -280,7 +283,7 @@ var canonicalNames = func() map[xproto.Keysym]string {
 	m[ksControlL], m[ksAltL], m[ksShiftL], m[ksSuperL] = "ctrl", "alt", "shift", "super"
 	m[0x20] = "space"
 	return m
-}()
+})
 
 func preferName(a, b string) bool {
 	switch {
