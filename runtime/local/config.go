@@ -44,7 +44,8 @@ var (
 // sandbox. Not -1000, so a leaking agent can still be killed.
 const agentOOMScoreAdj = -998
 
-// cpuPeriod is the CFS period for CPU quotas (the kernel's default).
+// cpuPeriod is the CFS period of CPU quotas: the kernel's default, which
+// new cgroups start with.
 const cpuPeriod = 100000
 
 // masks are the host folders and files hidden from "host" sandboxes: by
@@ -133,7 +134,9 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		}
 	}
 	if spec.CPU > 0 {
-		res.CpuPeriod = cpuPeriod
+		// The period is left at the kernel's default, which cpuPeriod is:
+		// each write of either walks every CPU cgroup on the host
+		// (tg_set_cfs_bandwidth), so the fewer the better.
 		res.CpuQuota = max(int64(spec.CPU*cpuPeriod), 1000)
 	}
 

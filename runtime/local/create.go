@@ -162,19 +162,19 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	// once the agent dies nothing listens, and probes fail at once instead
 	// of queueing on a socket no one will accept from.
 	lnFile.Close()
+	pid, err := proc.Pid()
+	if err != nil {
+		return runtime.Instance{}, createFailed(id, "start agent", err)
+	}
 	if !spec.BlockNetwork && spec.NetworkMode == runtime.NetworkFull {
-		pid, err := proc.Pid()
-		if err == nil {
-			err = l.setupFullNetwork(id, pid)
-		}
-		if err != nil {
+		if err := l.setupFullNetwork(id, pid); err != nil {
 			if _, ok := errors.AsType[*faults.Error](err); ok {
 				return runtime.Instance{}, err
 			}
 			return runtime.Instance{}, createFailed(id, "full network", err)
 		}
 	}
-	w := l.watchContainer(id, c)
+	w := l.watchChild(id, pid)
 	s.mu.Lock()
 	s.watch = w
 	s.mu.Unlock()

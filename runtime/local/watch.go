@@ -65,8 +65,9 @@ func (w *watcher) kill() {
 	})
 }
 
-// watchContainer starts watching c's init. When init is not running (any
-// more) the watcher it returns has already exited.
+// watchContainer starts watching c's init, a container this process may
+// not have started. When init is not running (any more) the watcher it
+// returns has already exited.
 func (l *Local) watchContainer(id string, c *libcontainer.Container) *watcher {
 	st, err := c.State()
 	if err != nil || st.InitProcessPid <= 0 {
@@ -83,6 +84,22 @@ func (l *Local) watchContainer(id string, c *libcontainer.Container) *watcher {
 		unix.Close(fd)
 		return deadWatcher(l.exitReason(id, "exited"))
 	}
+	return l.watchPidfd(id, pid, fd)
+}
+
+// watchChild starts watching the init this process just started, by its
+// pid: a child's pid cannot be reused before this process reaps it, so
+// neither the container's state nor the start time is needed.
+func (l *Local) watchChild(id string, pid int) *watcher {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return deadWatcher(l.exitReason(id, "exited"))
+	}
+	return l.watchPidfd(id, pid, fd)
+}
+
+// watchPidfd watches pid through fd, its pidfd, which it takes over.
+func (l *Local) watchPidfd(id string, pid, fd int) *watcher {
 	w := &watcher{pid: pid, file: os.NewFile(uintptr(fd), "pidfd"), done: make(chan struct{})}
 	l.watchers.Add(1)
 	go func() {
