@@ -58,6 +58,8 @@ const (
 type Config struct {
 	// StateDir holds all state: libcontainer's root (containers/), one
 	// directory per sandbox (sandboxes/<id>/) and the image cache (images/).
+	// containers/ and sandboxes/ are tmpfs mounts while they hold
+	// sandboxes (see runState).
 	// Keep it short: the agent's socket path (StateDir/sandboxes/<id>/run/
 	// agent.sock) must fit in 107 bytes. Keep it out of the directory that
 	// holds the server binary: libcontainer then seals the binary for each
