@@ -26,7 +26,9 @@ import (
 //
 // The tmpfs is mounted in this process's mount namespace, on the host's
 // directory, and outlives the process: a restarted server (or another one
-// on the same state directory) finds the sandboxes as before. The last
+// on the same state directory) finds the sandboxes as before, provided it
+// runs in the host's mount namespace: one of its own (a service manager's
+// private mounts) would take the tmpfs with it when it exits. The last
 // Local to close unmounts it once it holds nothing, so a state directory
 // without sandboxes is plain folders again. A directory that already holds
 // something (sandboxes of an earlier version, which kept them on disk) is
