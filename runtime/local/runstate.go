@@ -26,9 +26,10 @@ import (
 //
 // The tmpfs is mounted in this process's mount namespace, on the host's
 // directory, and outlives the process: a restarted server (or another one
-// on the same state directory) finds the sandboxes as before, provided it
-// runs in the host's mount namespace: one of its own (a service manager's
-// private mounts) would take the tmpfs with it when it exits. The last
+// on the same state directory) finds the sandboxes as before. That needs
+// the host's mount namespace (the init process's): one of the server's own
+// (a service manager's private mounts) would take the tmpfs with it when
+// it exits, so there the state stays on disk. The last
 // Local to close unmounts it once it holds nothing, so a state directory
 // without sandboxes is plain folders again. A directory that already holds
 // something (sandboxes of an earlier version, which kept them on disk) is
@@ -64,6 +65,14 @@ func openRunState(stateDir string, dirs []string, log *slog.Logger) (*runState, 
 		return nil, err
 	}
 	r := &runState{dirs: dirs, lock: f, log: log}
+	if !inInitMountNamespace() {
+		log.Warn("sandbox state stays on the state directory's filesystem: not in the host's mount namespace")
+		if err := flock(f, unix.LOCK_SH); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return r, nil
+	}
 	for attempt := 1; ; attempt++ {
 		// Shared, and converting it is not atomic: the exclusive lock
 		// below may have dropped it.
@@ -89,6 +98,19 @@ func openRunState(stateDir string, dirs []string, log *slog.Logger) (*runState, 
 			}
 		}
 	}
+}
+
+// inInitMountNamespace reports whether this process shares the mount
+// namespace of the host's init (pid 1), where mounts outlive it. When it
+// cannot tell (pid 1's namespace hidden from it, as on some hosts), it
+// assumes so.
+func inInitMountNamespace() bool {
+	init, err := os.Readlink("/proc/1/ns/mnt")
+	if err != nil {
+		return true
+	}
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	return err == nil && init == self
 }
 
 // mountable lists the dirs that are empty and not on a tmpfs.
