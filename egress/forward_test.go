@@ -257,12 +257,7 @@ func TestForwarder(t *testing.T) {
 			t.Parallel()
 			site := newRawSite(t, handler)
 			r := newRig(t, nil, nil)
-			conn, err := net.Dial("tcp", r.proxyURL.Host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := dialProxy(t, r)
 			br := bufio.NewReader(conn)
 			hostport := fmt.Sprintf("site.test:%d", site.port())
 			for i, ex := range c.ex {
@@ -411,12 +406,7 @@ func TestForwarderEarlyAnswer(t *testing.T) {
 		c.Close()
 	}()
 	r := newRig(t, nil, nil)
-	conn, err := net.Dial("tcp", r.proxyURL.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := dialProxy(t, r)
 	const size = 32 << 20 // more than the sockets on the way buffer
 	wrote := make(chan struct{})
 	go func() {
@@ -496,12 +486,7 @@ func TestForwarderUpgrade(t *testing.T) {
 		done <- string(head)
 	}()
 	r := newRig(t, nil, nil)
-	conn, err := net.Dial("tcp", r.proxyURL.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := dialProxy(t, r)
 	fmt.Fprintf(conn, "GET http://site.test:%d/ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nhi\n", ln.Addr().(*net.TCPAddr).Port)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
@@ -515,4 +500,17 @@ func TestForwarderUpgrade(t *testing.T) {
 	if h := <-done; !strings.Contains(h, "Upgrade: echo\r\n") || !strings.Contains(h, "Connection: Upgrade\r\n") {
 		t.Errorf("forwarded head %q", h)
 	}
+}
+
+// dialProxy connects to r's proxy with a deadline that bounds the test; the
+// connection is closed at the test's end.
+func dialProxy(t *testing.T, r *rig) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", r.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn
 }
