@@ -113,6 +113,44 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 		// A kept profile may hold the file of an earlier browser.
 		_ = os.Remove(filepath.Join(s.dataDir, devToolsPortFile))
 	}
+	for attempt := 1; ; attempt++ {
+		err := s.launchOnce(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if attempt < launchAttempts && exitedAtStart(err) && ctx.Err() == nil {
+			s.log.Warn("browser exited while starting; starting it again", "error", err)
+			for _, f := range []string{"SingletonLock", "SingletonSocket", "SingletonCookie"} {
+				_ = os.Remove(filepath.Join(s.dataDir, f))
+			}
+			continue
+		}
+		if s.ownDataDir {
+			os.RemoveAll(s.dataDir)
+		}
+		var fe *faults.Error
+		if errors.As(err, &fe) {
+			return nil, fe
+		}
+		return nil, faults.Wrap(err, faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser, "launch browser: "+err.Error())
+	}
+}
+
+// launchAttempts bounds the starts of a browser that exits while starting:
+// on a loaded machine one occasionally dies before it answers (seen once
+// in several hundred starts, killed with no message of its own), and a
+// second start succeeds. One that fails twice is reported.
+const launchAttempts = 2
+
+// exitedAtStart reports a browser that ended before it answered. chromedp
+// says so only in its message.
+func exitedAtStart(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "chrome failed to start")
+}
+
+// launchOnce starts the browser and attaches its first tab; on failure it
+// leaves nothing running.
+func (s *Session) launchOnce(ctx context.Context) error {
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), s.allocatorOptions()...)
 	s.allocCancel = allocCancel
 
@@ -127,16 +165,9 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 		s.rootCancel()
 		allocCancel()
 		s.killLeftovers()
-		if s.ownDataDir {
-			os.RemoveAll(s.dataDir)
-		}
-		var fe *faults.Error
-		if errors.As(err, &fe) {
-			return nil, fe
-		}
-		return nil, faults.Wrap(err, faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser, "launch browser: "+err.Error())
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Session) allocatorOptions() []chromedp.ExecAllocatorOption {
