@@ -173,13 +173,9 @@ func sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ..
 		var bs struct {
 			Engine string `json:"engine"`
 		}
-		if json.Unmarshal(req.Browser, &bs) == nil {
-			switch bs.Engine {
-			case chromium.Auto, chromium.Browser, chromium.HeadlessShell:
-			default:
-				return errValidation(validationItem{Type: "value_error", Loc: at("browser", "engine"),
-					Msg: "browser.engine must be \"chromium\" or \"headless-shell\" (or absent)", Input: bs.Engine})
-			}
+		if json.Unmarshal(req.Browser, &bs) == nil && !chromium.ValidEngine(bs.Engine) {
+			return errValidation(validationItem{Type: "value_error", Loc: at("browser", "engine"),
+				Msg: "browser.engine must be \"chromium\" or \"headless-shell\" (or absent)", Input: bs.Engine})
 		}
 		p.KindOptions = req.Browser
 	}

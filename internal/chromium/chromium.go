@@ -41,16 +41,17 @@ var (
 // ErrNotFound is returned when no binary of the engine is installed.
 var ErrNotFound = errors.New("chromium not found")
 
+// ValidEngine reports whether engine names an engine Find knows.
+func ValidEngine(engine string) bool {
+	return engine == Auto || engine == Browser || engine == HeadlessShell
+}
+
 // Find returns the path of the binary for engine.
 func Find(engine string, headless bool) (string, error) {
+	if !ValidEngine(engine) {
+		return "", fmt.Errorf("unknown browser engine %q (want %q, %q or empty)", engine, Browser, HeadlessShell)
+	}
 	switch engine {
-	case Auto:
-		if headless {
-			if p, ok := findShell(); ok {
-				return p, nil
-			}
-		}
-		return findBrowser()
 	case Browser:
 		return findBrowser()
 	case HeadlessShell:
@@ -61,8 +62,13 @@ func Find(engine string, headless bool) (string, error) {
 			return p, nil
 		}
 		return "", fmt.Errorf("%w: no chromium-headless-shell installed (apt-get install chromium-headless-shell)", ErrNotFound)
-	default:
-		return "", fmt.Errorf("unknown browser engine %q (want %q, %q or empty)", engine, Browser, HeadlessShell)
+	default: // Auto
+		if headless {
+			if p, ok := findShell(); ok {
+				return p, nil
+			}
+		}
+		return findBrowser()
 	}
 }
 
