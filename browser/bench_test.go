@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,12 +139,19 @@ func benchNavigate(b *testing.B, s *Session) {
 			}
 			defer func() { s.opts.SettleQuiet, s.opts.SettleIdle = oldQ, oldI }()
 			ctx := context.Background()
+			var times []time.Duration
 			for b.Loop() {
+				t0 := time.Now()
 				res, err := s.Do(ctx, []Action{{Type: ActNavigate, URL: site.URL + "/basic.html"}})
 				if err != nil || !res[0].OK {
 					b.Fatalf("navigate: %v %+v", err, res)
 				}
+				times = append(times, time.Since(t0))
 			}
+			// Medians, as bench/playwright/bench.js reports.
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(times[len(times)*9/10].Microseconds())/1000, "p90_ms")
 		})
 	}
 }

@@ -136,7 +136,7 @@ func (t *tab) waitReady(ctx context.Context) error {
 // Linux (Chromium's locale_settings_linux). The headless shell has other
 // defaults (its monospace resolved to another font, so a textarea or a
 // code block came out a different size); with these set on each tab it
-// draws pages as the whole browser does (TestEnginesRenderAlike).
+// draws pages as the whole browser does (TestRenderAlike).
 var shellFonts = page.FontFamilies{
 	Standard: "Times New Roman", Fixed: "Monospace", Serif: "Times New Roman",
 	SansSerif: "Arial", Cursive: "Comic Sans MS", Fantasy: "Impact",
