@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -19,7 +21,8 @@ import (
 // channel or the tunnel's streams over a unix socket), in the same run,
 // for page-sized and larger bodies, with kept-alive and fresh connections.
 // The ratio proxy/direct per case is the overhead; relay is the path
-// without the socket channel. connect=true sends the fetch through a
+// without the socket channel; pod is the proxy dialing the site itself, as
+// a sandbox on Kubernetes does (one hop). connect=true sends the fetch through a
 // CONNECT tunnel, as HTTPS goes (without TLS, whose cost would hide the
 // proxy's).
 //
@@ -34,11 +37,11 @@ func BenchmarkFetch(b *testing.B) {
 	}))
 	defer site.Close()
 	_, port, _ := net.SplitHostPort(site.Listener.Addr().String())
-	rigs := map[string]*rig{"proxy": newRig(b, nil, nil), "relay": newRigRelay(b, nil, nil, true)}
+	rigs := map[string]*rig{"proxy": newRig(b, nil, nil), "relay": newRigRelay(b, nil, nil, true), "pod": newRigPod(b)}
 	for _, connect := range []bool{false, true} {
 		for _, keep := range []bool{true, false} {
 			for _, n := range sizes {
-				for _, via := range []string{"direct", "relay", "proxy"} {
+				for _, via := range []string{"direct", "relay", "proxy", "pod"} {
 					if connect && via == "direct" {
 						continue
 					}
@@ -98,4 +101,23 @@ func connectDialer(proxy string) func(ctx context.Context, _, addr string) (net.
 		}
 		return c, nil
 	}
+}
+
+// newRigPod is the proxy of a sandbox that dials from inside (Kubernetes,
+// --egress-direct): the same proxy and dialer, no server between them.
+func newRigPod(b *testing.B) *rig {
+	d := &Dialer{AllowPrefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Hosts: testHosts("site"), Timeout: 3 * time.Second}
+	px := NewProxy(func(ctx context.Context, host string, port int) (net.Conn, error) {
+		return d.Dial(ctx, Policy{AllowPrefixes: d.AllowPrefixes}, host, port)
+	}, NewLog(100), nil, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); _ = px.Serve(ctx, ln) }()
+	b.Cleanup(func() { cancel(); <-served })
+	return &rig{proxyURL: &url.URL{Scheme: "http", Host: ln.Addr().String()}}
 }
