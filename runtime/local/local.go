@@ -246,6 +246,7 @@ func New(cfg Config) (*Local, error) {
 		l.closeFiles()
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
+	l.reapStrays(context.Background())
 	return l, nil
 }
 
