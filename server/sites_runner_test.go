@@ -84,7 +84,7 @@ func TestBundledRandomPolicy(t *testing.T) {
 // request the longest scripts (travel-booking-ref runs to 18 steps) met
 // one in nine episodes of ten, ran out of five attempts about one run in
 // two, and now and then several tasks did in one run. At 0.04 + 0.02 a
-// run meets 3–21 faults in 13–31 episodes, and with eight attempts per
+// run re-queues 4–21 of 14–31 episodes, and with eight attempts per
 // task one task ran out of them once in nine runs (the check below allows
 // two in ten).
 func TestBundledUnderFaults(t *testing.T) {
