@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/opencontainers/cgroups"
 )
 
 // reapStrays tears down the sandboxes this state directory's runtime
@@ -24,6 +26,9 @@ import (
 // cgroups without a process to ask, are left alone.
 func (l *Local) reapStrays(ctx context.Context) {
 	parent := pidsCgroup(l.cfg.CgroupParent)
+	if parent == "" {
+		return // no pids hierarchy mounted
+	}
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		return // no sandbox was ever made under this parent
@@ -63,12 +68,17 @@ func (l *Local) recorded(id string) bool {
 }
 
 // pidsCgroup is the directory of cgroup path in the pids hierarchy (every
-// sandbox has a pids cgroup), or in the unified hierarchy on cgroup v2.
+// sandbox has a pids cgroup), or in the unified hierarchy on cgroup v2;
+// found as memoryMount finds the memory hierarchy.
 func pidsCgroup(path string) string {
-	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {
-		return filepath.Join("/sys/fs/cgroup/pids", path)
+	if cgroups.IsCgroup2UnifiedMode() {
+		return filepath.Join("/sys/fs/cgroup", path)
 	}
-	return filepath.Join("/sys/fs/cgroup", path)
+	mnt, err := cgroups.FindCgroupMountpoint("", "pids")
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(mnt, path)
 }
 
 // unixSockets maps the inodes of this network namespace's unix sockets to
