@@ -141,6 +141,14 @@ func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 		h.Set("X-Orchard-Scale", strconv.FormatFloat(shot.Scale, 'f', -1, 64))
 		_, _ = w.Write(shot.Data)
 	})
+	mux.HandleFunc("GET /desktop/cursor", func(w http.ResponseWriter, r *http.Request) {
+		c, err := sess.CursorPosition(r.Context())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, c)
+	})
 	mux.HandleFunc("GET /desktop/vnc", func(w http.ResponseWriter, r *http.Request) {
 		if err := vnc.serve(w, r); err != nil {
 			fail(w, err)

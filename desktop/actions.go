@@ -812,13 +812,11 @@ func (s *Session) run(ctx context.Context, a Action, r *Result) error {
 		r.Screenshot = shot
 		return err
 	case ActCursorPosition:
-		p, err := s.Cursor(ctx)
+		c, err := s.CursorPosition(ctx)
 		if err != nil {
 			return err
 		}
-		f, _ := s.frame(nil, false)
-		x, y := f.FromScreen(p)
-		r.Cursor = &Point{X: x, Y: y}
+		r.Cursor = &Point{X: c.X, Y: c.Y}
 		return nil
 	}
 

@@ -81,6 +81,13 @@ func TestDesktopSandbox(t *testing.T) {
 	if x, y := cursor(map[string]any{"actions": []map[string]any{{"type": "mouse_move", "x": 100, "y": 100}, {"type": "cursor_position"}}}); x != 100 || y != 100 {
 		t.Errorf("cursor in the scaled frame's pixels: %v,%v, want 100,100", x, y)
 	}
+	// GET /desktop/cursor reads the same pointer, in both spaces.
+	c := call(t, srv, "GET", "/sandboxes/"+id+"/desktop/cursor", nil)
+	want(t, c, 200)
+	if c.body["x"] != 100.0 || c.body["y"] != 100.0 || c.body["screen_x"] != 200.0 || c.body["screen_y"] != 200.0 ||
+		c.body["scale"] != 0.5 || c.body["frame"].(float64) < 1 {
+		t.Errorf("GET /desktop/cursor: %s, want x,y 100,100 in the 0.5 frame and 200,200 on the screen", c.raw)
+	}
 	// A full-size screenshot makes screen pixels the frame's: the pointer
 	// is at (200, 200) there.
 	if x, y := cursor(map[string]any{"actions": []map[string]any{{"type": "screenshot"}, {"type": "cursor_position"}}}); x != 200 || y != 200 {
