@@ -126,7 +126,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	e.NoMethod(func(c *gin.Context) {
 		renderError(c, s.log, faults.New(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "Method Not Allowed").WithStatus(http.StatusMethodNotAllowed))
 	})
-	s.routes = append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...)
+	s.routes = append(append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...), s.uiRoutes()...)
 	for _, r := range s.routes {
 		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody)}
 		if !r.public {
