@@ -248,14 +248,19 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			fail(w, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "format must be png or jpeg"))
 			return
 		}
-		shot, err := sess.Screenshot(r.Context(), o)
+		obs, err := sess.Screenshot(r.Context(), o)
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		w.Header().Set("Content-Type", "image/"+shot.Format)
-		w.Header().Set("X-Screenshot-Width", strconv.Itoa(shot.Width))
-		w.Header().Set("X-Screenshot-Height", strconv.Itoa(shot.Height))
+		shot, h := obs.Screenshot, w.Header()
+		h.Set("Content-Type", "image/"+shot.Format)
+		h.Set("X-Screenshot-Width", strconv.Itoa(shot.Width))
+		h.Set("X-Screenshot-Height", strconv.Itoa(shot.Height))
+		// As the desktop's: actions may name this frame, in whose pixels
+		// their coordinates then are.
+		h.Set("X-Orchard-Frame", strconv.FormatInt(obs.Frame, 10))
+		h.Set("X-Orchard-Scale", strconv.FormatFloat(obs.Scale, 'f', -1, 64))
 		_, _ = w.Write(shot.Data)
 	})
 	mux.HandleFunc("GET /browser/tabs", func(w http.ResponseWriter, r *http.Request) {
@@ -315,6 +320,13 @@ func observeOptions(q url.Values, defShot string) (browser.ObserveOptions, error
 			}
 			*dst = n
 		}
+	}
+	if v := q.Get("scale"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			return o, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "scale must be a number above 0 and at most 1")
+		}
+		o.Scale = f
 	}
 	bools := map[string]*bool{"full_page": &o.FullPage, "axtree": &o.AXTree, "som": &o.SOM, "text": &o.Text, "marks": &o.Marks}
 	for k, dst := range bools {

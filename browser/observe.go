@@ -28,6 +28,9 @@ type ObserveOptions struct {
 	Quality int `json:"quality,omitempty"`
 	// Width downscales the screenshot to this many pixels wide (never up).
 	Width int `json:"width,omitempty"`
+	// Scale downscales the screenshot by this factor, above 0 and at most
+	// 1 (API.md's screenshot ?scale=); Width wins when both are set.
+	Scale float64 `json:"scale,omitempty"`
 	// FullPage captures the whole document instead of the viewport.
 	FullPage bool `json:"full_page,omitempty"`
 	// AXTree adds the compact accessibility tree as text.
@@ -142,6 +145,9 @@ func (o ObserveOptions) validate() error {
 	if o.Width < 0 {
 		return errInvalid("observe: width must not be negative")
 	}
+	if o.Scale < 0 || o.Scale > 1 || math.IsNaN(o.Scale) {
+		return errInvalid("observe: scale must be above 0 and at most 1")
+	}
 	return nil
 }
 
@@ -195,8 +201,13 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 		baseW, baseH = st.PW, st.PH
 	}
 	scale := 1.0
-	if o.Width > 0 && float64(o.Width) < baseW {
-		scale = float64(o.Width) / baseW
+	switch {
+	case o.Width > 0:
+		if float64(o.Width) < baseW {
+			scale = float64(o.Width) / baseW
+		}
+	case o.Scale > 0:
+		scale = o.Scale
 	}
 	if o.FullPage && baseH*scale > maxShotPixels {
 		baseH = math.Floor(maxShotPixels / scale)
@@ -316,18 +327,20 @@ func (s *Session) dialogObservation(ctx context.Context, t *tab, d *Dialog, star
 	}
 }
 
-// Screenshot is a convenience for GET /browser/screenshot: the image only.
-func (s *Session) Screenshot(ctx context.Context, o ObserveOptions) (*Screenshot, error) {
+// Screenshot is a convenience for GET /browser/screenshot: an observation
+// with a screenshot and nothing else, so that its frame and scale go with
+// the image.
+func (s *Session) Screenshot(ctx context.Context, o ObserveOptions) (Observation, error) {
 	if o.Screenshot == "none" {
-		return nil, errInvalid("screenshot: format none")
+		return Observation{}, errInvalid("screenshot: format none")
 	}
-	obs, err := s.Observe(ctx, ObserveOptions{Screenshot: o.format(), Quality: o.Quality, Width: o.Width, FullPage: o.FullPage})
+	obs, err := s.Observe(ctx, ObserveOptions{Screenshot: o.format(), Quality: o.Quality, Width: o.Width, Scale: o.Scale, FullPage: o.FullPage})
 	if err != nil {
-		return nil, err
+		return Observation{}, err
 	}
 	if obs.Screenshot == nil {
-		return nil, faults.New(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
+		return Observation{}, faults.New(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
 			fmt.Sprintf("screenshot: a %s dialog blocks the page", obs.Dialog.Type))
 	}
-	return obs.Screenshot, nil
+	return obs, nil
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,31 @@ func TestBrowserSandbox(t *testing.T) {
 	}
 	if cfg, err := png.DecodeConfig(bytes.NewReader(img)); err != nil || cfg.Width != 800 || cfg.Height != 600 {
 		t.Fatalf("screenshot: %v %+v", err, cfg)
+	}
+	// Scaled by half, with the frame and scale an action can name.
+	req, _ = http.NewRequest("GET", srv.URL+"/sandboxes/"+id+"/browser/screenshot?format=jpeg&scale=0.5", nil)
+	req.Header.Set("X-API-Key", srv.APIKey)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	img, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if cfg, err := jpeg.DecodeConfig(bytes.NewReader(img)); err != nil || cfg.Width != 400 || cfg.Height != 300 {
+		t.Fatalf("screenshot at scale 0.5: %v %+v", err, cfg)
+	}
+	frame, _ := strconv.Atoi(resp.Header.Get("X-Orchard-Frame"))
+	if resp.Header.Get("X-Orchard-Scale") != "0.5" || frame < 1 {
+		t.Fatalf("screenshot headers: frame %q scale %q", resp.Header.Get("X-Orchard-Frame"), resp.Header.Get("X-Orchard-Scale"))
+	}
+	a = call(t, srv, "POST", "/sandboxes/"+id+"/browser/actions", map[string]any{"strict": true, "frame": frame,
+		"action": map[string]any{"type": "hover", "x": 10, "y": 10}})
+	if a.status != 200 || a.body["ok"] != true {
+		t.Fatalf("an action on the screenshot's frame, strict: %d %s", a.status, a.raw)
+	}
+	for _, q := range []string{"scale=0", "scale=1.5", "scale=x"} {
+		if r := call(t, srv, "GET", "/sandboxes/"+id+"/browser/screenshot?"+q, nil); r.status != 400 {
+			t.Errorf("screenshot ?%s: %d %s", q, r.status, r.raw)
+		}
 	}
 	tabs := call(t, srv, "GET", "/sandboxes/"+id+"/browser/tabs", nil)
 	if ts, _ := tabs.body["tabs"].([]any); len(ts) != 1 {
