@@ -81,7 +81,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("launch: %v", err)
 	}
 	defer b.Close()
-	do := func(a ...browser.Action) {
+	do := func(t testing.TB, a ...browser.Action) {
 		t.Helper()
 		res, err := b.Do(ctx, a)
 		if err != nil {
@@ -93,7 +93,7 @@ func TestDashboardInChromium(t *testing.T) {
 			}
 		}
 	}
-	eval := func(expr string, v any) {
+	eval := func(t testing.TB, expr string, v any) {
 		t.Helper()
 		raw, err := b.Evaluate(ctx, expr)
 		if err != nil {
@@ -104,18 +104,18 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 	// waitFor polls a JavaScript condition in the page.
-	waitFor := func(what, cond string) {
+	waitFor := func(t testing.TB, what, cond string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var ok bool
-			eval("!!("+cond+")", &ok)
+			eval(t, "!!("+cond+")", &ok)
 			if ok {
 				return
 			}
 			if time.Now().After(deadline) {
 				var page string
-				eval(`document.body.innerText`, &page)
+				eval(t, `document.body.innerText`, &page)
 				t.Fatalf("%s: not within 30 s; the page shows:\n%s", what, page)
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -123,50 +123,62 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	login := func(key string) {
 		t.Helper()
-		do(browser.Action{Type: browser.ActType, Selector: "#key", Text: key, Clear: true},
+		do(t, browser.Action{Type: browser.ActType, Selector: "#key", Text: key, Clear: true},
 			browser.Action{Type: browser.ActKey, Keys: "Enter"})
 	}
 
-	do(browser.Action{Type: browser.ActNavigate, URL: srv.URL + "/ui"})
-	waitFor("the key form", `!document.querySelector('#login').hidden`)
+	do(t, browser.Action{Type: browser.ActNavigate, URL: srv.URL + "/ui"})
+	waitFor(t, "the key form", `!document.querySelector('#login').hidden`)
 	login("not-the-key")
-	waitFor("the refusal", `document.querySelector('#error').textContent.includes('Invalid API key')`)
+	waitFor(t, "the refusal", `document.querySelector('#error').textContent.includes('Invalid API key')`)
 	login(srv.APIKey)
 	row := func(id string) string {
 		return fmt.Sprintf(`document.querySelector('#sandboxes tr[data-id="%s"]')`, id)
 	}
-	waitFor("both sandboxes listed", row(shell)+` && `+row(web))
+	waitFor(t, "both sandboxes listed", row(shell)+` && `+row(web))
 
 	var labels struct {
 		Text   string `json:"text"`
 		Images int    `json:"images"`
 		Title  string `json:"title"`
 	}
-	eval(`(() => { const r = `+row(shell)+`; return {text: r.textContent, images: r.querySelectorAll('img').length, title: document.title}; })()`, &labels)
+	eval(t, `(() => { const r = `+row(shell)+`; return {text: r.textContent, images: r.querySelectorAll('img').length, title: document.title}; })()`, &labels)
 	if !strings.Contains(labels.Text, "team="+payload) || labels.Images != 0 || labels.Title != "Orchard" {
 		t.Errorf("a label that looks like HTML: row text %q, %d img elements, title %q", labels.Text, labels.Images, labels.Title)
 	}
 	var capacity string
-	eval(`document.querySelector('#resources dl').textContent`, &capacity)
+	eval(t, `document.querySelector('#resources dl').textContent`, &capacity)
 	if !strings.Contains(capacity, "allocatable") || !strings.Contains(capacity, "sandboxes2") {
 		t.Errorf("capacity panel: %q", capacity)
 	}
 
 	// The browser sandbox's live view: frames decoded from the stream.
-	do(browser.Action{Type: browser.ActClick, Selector: fmt.Sprintf(`button[data-view="%s"]`, web)})
-	waitFor("live view frames", `(() => { const i = document.querySelector('#viewer img'); return Number(i.dataset.frames) >= 2 && i.complete && i.naturalWidth === 800; })()`)
-	do(browser.Action{Type: browser.ActClick, Selector: "#viewer-close"})
-	waitFor("live view closed", `document.querySelector('#viewer').hidden`)
+	do(t, browser.Action{Type: browser.ActClick, Selector: fmt.Sprintf(`button[data-view="%s"]`, web)})
+	waitFor(t, "live view frames", `(() => { const i = document.querySelector('#viewer img'); return Number(i.dataset.frames) >= 2 && i.complete && i.naturalWidth === 800; })()`)
+	do(t, browser.Action{Type: browser.ActClick, Selector: "#viewer-close"})
+	waitFor(t, "live view closed", `document.querySelector('#viewer').hidden`)
+
+	// A desktop sandbox's live view: its screen, polled.
+	t.Run("desktop", func(t *testing.T) {
+		requireXvfb(t)
+		desk := createReady(t, srv, map[string]any{"kind": "desktop", "desktop": map[string]any{"width": 1280, "height": 800}})
+		view := fmt.Sprintf(`button[data-view="%s"]`, desk)
+		waitFor(t, "the desktop's view button", `document.querySelector('`+view+`')`)
+		do(t, browser.Action{Type: browser.ActClick, Selector: view})
+		waitFor(t, "desktop frames", `(() => { const i = document.querySelector('#viewer img'); return Number(i.dataset.frames) >= 2 && i.complete && i.naturalWidth === 800 && i.naturalHeight === 500; })()`)
+		do(t, browser.Action{Type: browser.ActClick, Selector: "#viewer-close"})
+		waitFor(t, "live view closed", `document.querySelector('#viewer').hidden`)
+	})
 
 	// Delete: the first click only arms the button.
 	del := fmt.Sprintf(`button[data-delete="%s"]`, shell)
-	do(browser.Action{Type: browser.ActClick, Selector: del})
-	waitFor("armed", `document.querySelector('`+del+`').textContent === 'confirm delete'`)
+	do(t, browser.Action{Type: browser.ActClick, Selector: del})
+	waitFor(t, "armed", `document.querySelector('`+del+`').textContent === 'confirm delete'`)
 	if r := call(t, srv, "GET", "/sandboxes/"+shell, nil); r.status != 200 || r.body["status"] == "deleted" {
 		t.Fatalf("one click deleted the sandbox: %s", r.raw)
 	}
-	do(browser.Action{Type: browser.ActClick, Selector: del})
-	waitFor("the deleted sandbox gone from the list", `!`+row(shell))
+	do(t, browser.Action{Type: browser.ActClick, Selector: del})
+	waitFor(t, "the deleted sandbox gone from the list", `!`+row(shell))
 	if r := call(t, srv, "GET", "/sandboxes/"+shell, nil); r.status != 404 {
 		t.Errorf("after the dashboard's delete: %d %s", r.status, r.raw)
 	}
