@@ -667,9 +667,9 @@ func cdpVersion(ctx context.Context, sess *browser.Session) (map[string]any, err
 	return v, nil
 }
 
-// Live view limits. A frame is a viewport screenshot (a few ms of the
-// browser's time each), so the rate is capped to leave the browser to the
-// agent's actions.
+// Live view limits. Frames come from the browser's screencast, shared by
+// viewers of the same quality and width (browser.LiveView); a viewer gets
+// at most fps of them a second.
 const (
 	maxStreamViewers = 8
 	defaultStreamFPS = 5
@@ -677,12 +677,19 @@ const (
 	streamBoundary   = "orchardframe"
 	// streamWriteTimeout drops a viewer that cannot take a frame.
 	streamWriteTimeout = 10 * time.Second
+	// streamFirstFrame bounds the wait for the first frame, which decides
+	// the response's status.
+	streamFirstFrame = 10 * time.Second
+	// streamRepeat sends the last frame again when the page has drawn
+	// nothing new for this long, so viewers and proxies see a live stream.
+	streamRepeat = time.Second
 )
 
 // serveStream is the live view: an MJPEG stream (multipart/x-mixed-replace)
 // of the active tab at ?fps= (default 5, at most 10), ?quality= (JPEG,
 // default 60) and ?width= (scaled down to it; default the viewport's),
-// until the client goes away or the browser dies.
+// until the client goes away or the browser dies. A frame is sent when the
+// page draws something new, and the last one again each streamRepeat.
 func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, log *slog.Logger) error {
 	q := r.URL.Query()
 	fps, quality, width := defaultStreamFPS, 60, 0
@@ -696,9 +703,15 @@ func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, 
 		}
 	}
 	fps, quality = min(fps, maxStreamFPS), min(quality, 100)
+	ctx := r.Context()
+	lv, err := sess.Watch(quality, width)
+	if err != nil {
+		return err
+	}
+	defer lv.Close()
 	// The first frame decides the status: a dead browser is an error, not
 	// an empty stream.
-	frame, err := sess.LiveFrame(r.Context(), quality, width)
+	frame, seq, err := lv.Next(ctx, 0, streamFirstFrame)
 	if err != nil {
 		return err
 	}
@@ -706,37 +719,48 @@ func serveStream(w http.ResponseWriter, r *http.Request, sess *browser.Session, 
 	w.Header().Set("Content-Type", "multipart/x-mixed-replace; boundary="+streamBoundary)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	t := time.NewTicker(time.Second / time.Duration(fps))
-	defer t.Stop()
+	interval := time.Second / time.Duration(fps)
 	for {
-		if frame != nil {
-			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
-			if _, err := fmt.Fprintf(w, "--%s\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n", streamBoundary, len(frame)); err != nil {
-				return nil
-			}
-			if _, err := w.Write(frame); err != nil {
-				return nil
-			}
-			if _, err := io.WriteString(w, "\r\n"); err != nil {
-				return nil
-			}
-			if err := rc.Flush(); err != nil {
-				return nil
-			}
-		}
-		select {
-		case <-r.Context().Done():
+		sent := time.Now()
+		_ = rc.SetWriteDeadline(sent.Add(streamWriteTimeout))
+		if _, err := fmt.Fprintf(w, "--%s\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n", streamBoundary, len(frame)); err != nil {
 			return nil
-		case <-t.C:
 		}
-		frame, err = sess.LiveFrame(r.Context(), quality, width)
-		if err != nil {
-			if r.Context().Err() != nil || sess.Err() != nil {
-				return nil // the viewer left or the browser died: end the stream
-			}
-			// A dialog or a tab between states: keep the last frame up.
-			log.Debug("live view frame", "error", err)
-			frame = nil
+		if _, err := w.Write(frame); err != nil {
+			return nil
+		}
+		if _, err := io.WriteString(w, "\r\n"); err != nil {
+			return nil
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+		// At most fps frames a second: wait out the interval, then take
+		// the newest frame, or the same one again after streamRepeat.
+		pace := time.NewTimer(time.Until(sent.Add(interval)))
+		select {
+		case <-ctx.Done():
+			pace.Stop()
+			return nil
+		case <-pace.C:
+		}
+		next, n, err := lv.Next(ctx, seq, streamRepeat-interval)
+		if err == nil {
+			frame, seq = next, n
+			continue
+		}
+		if ctx.Err() != nil || sess.Err() != nil {
+			return nil // the viewer left or the browser died: end the stream
+		}
+		// A crashed tab or one between states: the last frame stays up,
+		// sent again after a pause.
+		log.Debug("live view frame", "error", err)
+		retry := time.NewTimer(streamRepeat)
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return nil
+		case <-retry.C:
 		}
 	}
 }

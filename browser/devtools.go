@@ -9,11 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
-
-	"github.com/orchard/orchard/faults"
 )
 
 // devToolsPortFile is where Chromium writes the port and browser path of
@@ -72,44 +67,3 @@ func readDevToolsURL(ctx context.Context, dir string) (string, error) {
 // (ws://127.0.0.1:PORT/devtools/browser/ID) that other clients attach to,
 // or "" when Options.DevTools is off.
 func (s *Session) DevToolsURL() string { return s.devToolsURL }
-
-// LiveFrame is a JPEG of the active tab's viewport for a live view. It
-// records no observation frame, so viewers never age out the frames an
-// agent's actions refer to; quality is 1–100 (0 means 60). A width below
-// the viewport's scales the frame down to it in the browser, so a viewer on
-// a slow link gets fewer bytes, not a resampled copy; 0 keeps the size.
-func (s *Session) LiveFrame(ctx context.Context, quality, width int) ([]byte, error) {
-	if quality <= 0 || quality > 100 {
-		quality = 60
-	}
-	t, err := s.activeTab(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if t.isCrashed() {
-		return nil, faults.New(faults.CodeBrowserTabCrashed, faults.Unavailable, faults.Browser,
-			"live view: the tab's renderer crashed")
-	}
-	if d := t.openDialog(); d != nil {
-		return nil, faults.New(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
-			fmt.Sprintf("live view: a %s dialog blocks the page", d.Type))
-	}
-	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
-	defer cancel()
-	p := page.CaptureScreenshotParams{Format: page.CaptureScreenshotFormatJpeg, Quality: new(int64(quality)), OptimizeForSpeed: new(true)}
-	if width > 0 {
-		m, err := cdp.Call(cctx, t.target, page.GetLayoutMetrics, cdp.Empty{})
-		if err != nil {
-			return nil, s.classify(cctx, t, "live view", err)
-		}
-		// The clip is in document coordinates: the viewport as scrolled.
-		if v := m.CSSVisualViewport; v != nil && float64(width) < v.ClientWidth {
-			p.Clip = &page.Viewport{X: v.PageX, Y: v.PageY, Width: v.ClientWidth, Height: v.ClientHeight, Scale: float64(width) / v.ClientWidth}
-		}
-	}
-	res, err := cdp.Call(cctx, t.target, page.CaptureScreenshot, p)
-	if err != nil {
-		return nil, s.classify(cctx, t, "live view", err)
-	}
-	return res.Data, nil
-}

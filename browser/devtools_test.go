@@ -13,7 +13,7 @@ import (
 	"github.com/orchard/orchard/internal/testenv"
 )
 
-func TestDevToolsEndpointAndLiveFrame(t *testing.T) {
+func TestDevToolsEndpointAndLiveView(t *testing.T) {
 	path := testenv.RequireChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -60,19 +60,16 @@ func TestDevToolsEndpointAndLiveFrame(t *testing.T) {
 		t.Fatalf("targets %+v lack the session's page", res.Result.TargetInfos)
 	}
 
+	// The live view, scaled down in the browser to a width with the aspect
+	// kept; a width at or past the viewport's keeps the size.
 	before := s.frameSeq.Load()
-	img, err := s.LiveFrame(ctx, 50, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := jpeg.DecodeConfig(bytes.NewReader(img))
-	if err != nil || cfg.Width != 640 || cfg.Height != 480 {
-		t.Fatalf("live frame: %v %+v", err, cfg)
-	}
-	// Scaled down in the browser to a width, the aspect kept; a width at or
-	// past the viewport's keeps the size.
-	for width, want := range map[int][2]int{320: {320, 240}, 640: {640, 480}, 2000: {640, 480}} {
-		img, err := s.LiveFrame(ctx, 50, width)
+	for width, want := range map[int][2]int{0: {640, 480}, 320: {320, 240}, 640: {640, 480}, 2000: {640, 480}} {
+		lv, err := s.Watch(50, width)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, _, err := lv.Next(ctx, 0, 10*time.Second)
+		lv.Close()
 		if err != nil {
 			t.Fatal(err)
 		}

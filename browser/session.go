@@ -66,6 +66,10 @@ type Session struct {
 
 	frameSeq atomic.Int64
 
+	liveMu sync.Mutex // guards casts and each cast's viewer count
+	// casts are the running live views, one per quality and width.
+	casts map[liveKey]*screencast
+
 	mu sync.Mutex // guards the fields below
 	// tabs in the order they opened; a tab's index is its position.
 	tabs   []*tab
