@@ -1,18 +1,15 @@
 package server
 
 import (
-	"embed"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/orchard/orchard/web"
 )
 
-// uiFiles is the dashboard (API.md "Operations": GET /ui): a static page
-// that holds no data. It asks for an API key and calls the API with it, so
-// it is public while everything it shows stays behind the key.
-//
-//go:embed ui/index.html ui/app.js ui/app.css
-var uiFiles embed.FS
+// The dashboard's files (package web) are public: the page holds no data,
+// and everything it shows stays behind the API key it asks for.
 
 // uiPolicy lets the page run only its own script and style, talk only to
 // this server, show only images it made from the API's bytes, and never be
@@ -23,16 +20,16 @@ const uiPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-s
 func (s *Server) uiRoutes() []route {
 	return []route{
 		{method: "GET", path: "/ui", summary: "Dashboard: sandboxes with live views, capacity, episodes, site health, recordings (asks for an API key; holds no data)",
-			public: true, produces: "text/html", handler: uiFile("ui/index.html", "text/html; charset=utf-8")},
+			public: true, produces: "text/html", handler: uiFile("index.html", "text/html; charset=utf-8")},
 		{method: "GET", path: "/ui/app.js", summary: "The dashboard's script", public: true, produces: "text/javascript",
-			handler: uiFile("ui/app.js", "text/javascript; charset=utf-8")},
+			handler: uiFile("app.js", "text/javascript; charset=utf-8")},
 		{method: "GET", path: "/ui/app.css", summary: "The dashboard's style sheet", public: true, produces: "text/css",
-			handler: uiFile("ui/app.css", "text/css; charset=utf-8")},
+			handler: uiFile("app.css", "text/css; charset=utf-8")},
 	}
 }
 
 func uiFile(name, contentType string) handlerFunc {
-	data, err := uiFiles.ReadFile(name)
+	data, err := web.Files.ReadFile(name)
 	if err != nil {
 		panic("ui: " + err.Error()) // embedded at build time
 	}
