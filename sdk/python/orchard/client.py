@@ -1,0 +1,447 @@
+"""Orchard's Python client: browser and desktop sandboxes, episodes, tasks
+and recordings. Standard library only (Python 3.9+).
+
+Shell sandboxes speak Orchard Env's API, so Orchard Env's own SDK
+(``orchard_env``) drives them unchanged; this client covers that API's
+basics too (create, exec, files) and everything Orchard adds.
+
+    from orchard import Client
+
+    c = Client()  # ORCHARD_URL / ORCHARD_API_KEY, or SANDBOX_BASE_URL / SANDBOX_API_KEY
+    with c.create_sandbox(kind="browser") as sb:
+        r = sb.browser.act({"type": "navigate", "url": "https://example.com"},
+                           observe={"screenshot": "jpeg", "som": True})
+        png = sb.browser.screenshot().data
+"""
+
+import base64
+import http.client
+import json
+import os
+import random
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+__all__ = ["Client", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class OrchardError(Exception):
+    """An error the server reported, classified as the server classified it
+    (``code`` such as ``site.dns`` or ``sandbox.not_found``; ``source``:
+    who caused it; ``retryable``), or a transport failure (status 0,
+    code ``client.unreachable``)."""
+
+    def __init__(self, status, code, message, category="", source="", retryable=False, detail=None):
+        super().__init__(f"{status} {code}: {message}" if status else f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.category = category
+        self.source = source
+        self.retryable = retryable
+        self.detail = detail
+
+    @classmethod
+    def from_response(cls, status, body):
+        try:
+            doc = json.loads(body or b"null")
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            e = doc.get("error")
+            if isinstance(e, dict):
+                return cls(status, e.get("code", ""), e.get("message", ""), e.get("category", ""),
+                           e.get("source", ""), bool(e.get("retryable")), doc.get("detail"))
+            if "detail" in doc:
+                return cls(status, "", json.dumps(doc["detail"]) if not isinstance(doc["detail"], str) else doc["detail"],
+                           detail=doc["detail"])
+        text = (body or b"")[:300].decode("utf-8", "replace")
+        return cls(status, "", text or http.client.responses.get(status, "error"))
+
+
+class Image:
+    """Image bytes with the frame and scale that actions naming this image's
+    pixels need."""
+
+    def __init__(self, data, content_type, frame=None, scale=None, width=None, height=None):
+        self.data = data
+        self.content_type = content_type
+        self.frame = frame
+        self.scale = scale
+        self.width = width
+        self.height = height
+
+    def save(self, path):
+        with open(path, "wb") as f:
+            f.write(self.data)
+
+
+def screenshot_bytes(observation):
+    """The screenshot of an observation (a dict from act/observe/step) as
+    bytes, or None when it has none."""
+    shot = (observation or {}).get("screenshot")
+    if not shot or not shot.get("data"):
+        return None
+    return base64.b64decode(shot["data"])
+
+
+def _int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class Client:
+    """One Orchard server. Requests that change nothing (GET, DELETE) are
+    retried on connection failures and on 503s the server marks retryable;
+    others are sent once, so an exec never runs twice."""
+
+    def __init__(self, base_url=None, api_key=None, timeout=300.0, retries=3):
+        self.base_url = (base_url or os.environ.get("ORCHARD_URL") or os.environ.get("SANDBOX_BASE_URL")
+                         or DEFAULT_URL).rstrip("/")
+        self.api_key = api_key or os.environ.get("ORCHARD_API_KEY") or os.environ.get("SANDBOX_API_KEY")
+        self.timeout = timeout
+        self.retries = max(1, retries)
+
+    # -- transport -------------------------------------------------------
+
+    def request(self, method, path, body=None, query=None, data=None, content_type=None, timeout=None):
+        """Send one request; returns (status, headers, body bytes). body is
+        sent as JSON, data as raw bytes. Raises OrchardError."""
+        url = self.base_url + path
+        if query:
+            q = {k: v for k, v in query.items() if v is not None}
+            if q:
+                url += "?" + urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in q.items()})
+        headers = {"Accept": "application/json"}
+        if self.api_key:
+            headers["X-API-Key"] = self.api_key
+        if body is not None:
+            data = json.dumps(body).encode()
+            content_type = "application/json"
+        if content_type:
+            headers["Content-Type"] = content_type
+        idempotent = method in ("GET", "HEAD", "DELETE")
+        for attempt in range(self.retries):
+            last = attempt == self.retries - 1
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                    return resp.status, resp.headers, resp.read()
+            except urllib.error.HTTPError as e:
+                err = OrchardError.from_response(e.code, e.read())
+                if idempotent and not last and e.code == 503 and err.retryable:
+                    self._backoff(attempt, e.headers.get("Retry-After"))
+                    continue
+                raise err from None
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout) as e:
+                if idempotent and not last:
+                    self._backoff(attempt)
+                    continue
+                reason = getattr(e, "reason", e)
+                raise OrchardError(0, "client.unreachable", f"{method} {url}: {reason}", retryable=True) from e
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _backoff(attempt, retry_after=None):
+        delay = _float(retry_after)
+        if delay is None:
+            delay = min(0.5 * 2 ** attempt, 5.0)
+        time.sleep(delay + random.uniform(0, delay / 2))
+
+    def json(self, method, path, body=None, query=None, timeout=None):
+        _, _, raw = self.request(method, path, body=body, query=query, timeout=timeout)
+        return json.loads(raw) if raw else None
+
+    def image(self, path, query):
+        _, headers, raw = self.request("GET", path, query=query)
+        return Image(raw, headers.get("Content-Type", ""),
+                     frame=_int(headers.get("X-Orchard-Frame")), scale=_float(headers.get("X-Orchard-Scale")),
+                     width=_int(headers.get("X-Screenshot-Width")), height=_int(headers.get("X-Screenshot-Height")))
+
+    # -- server ----------------------------------------------------------
+
+    def health(self):
+        return self.json("GET", "/health")
+
+    def resources(self):
+        return self.json("GET", "/resources")
+
+    def site_health(self):
+        return self.json("GET", "/sitehealth")["hosts"]
+
+    # -- sandboxes -------------------------------------------------------
+
+    def create_sandbox(self, kind="shell", image="host", wait=True, wait_timeout=300, **fields):
+        """Create a sandbox (fields as POST /sandboxes takes them: browser,
+        desktop, egress, env, labels, ttl_seconds, faults, block_network,
+        cpu, memory, ...) and, with wait, return it once ready. A sandbox
+        that fails to start is deleted and its fault raised."""
+        body = {"image": image, "kind": kind, "block_network": fields.pop("block_network", True)}
+        body.update(fields)
+        info = self.json("POST", "/sandboxes", body)
+        sb = Sandbox(self, info)
+        if wait:
+            try:
+                sb.wait(wait_timeout)
+            except BaseException:
+                sb.delete()
+                raise
+        return sb
+
+    def sandbox(self, sandbox_id):
+        return Sandbox(self, self.json("GET", f"/sandboxes/{_seg(sandbox_id)}"))
+
+    def sandboxes(self, kind=None, status=None, labels=None):
+        q = {"kind": kind, "status": status}
+        if labels:
+            q["labels"] = ",".join(f"{k}={v}" for k, v in labels.items())
+        return [Sandbox(self, s) for s in self.json("GET", "/sandboxes", query=q)["sandboxes"]]
+
+    # -- tasks, episodes, recordings ----------------------------------------
+
+    def tasks(self):
+        return self.json("GET", "/tasks")["suites"]
+
+    def load_tasks(self, suite, data, name="tasks.jsonl"):
+        """Load a task suite from the file's content (bytes or str): our
+        JSONL or YAML, WebVoyager JSONL or Online-Mind2Web JSON."""
+        if isinstance(data, str):
+            data = data.encode()
+        _, _, raw = self.request("POST", "/tasks", query={"suite": suite, "name": name}, data=data,
+                                 content_type="application/octet-stream")
+        return json.loads(raw)
+
+    def start_episode(self, task_id=None, task=None, sandbox=None, observe=None, max_steps=None,
+                      step_timeout_ms=None, record=None):
+        """Start an episode on a loaded task (task_id) or an inline task;
+        returns it with its first observation."""
+        body = {"task_id": task_id, "task": task, "sandbox": sandbox, "observe": observe,
+                "max_steps": max_steps, "step_timeout_ms": step_timeout_ms, "record": record}
+        return Episode(self, self.json("POST", "/episodes", {k: v for k, v in body.items() if v is not None}))
+
+    def episodes(self):
+        return self.json("GET", "/episodes")["episodes"]
+
+    def recordings(self):
+        return self.json("GET", "/recordings")["recordings"]
+
+    def recording(self, recording_id):
+        return self.json("GET", f"/recordings/{_seg(recording_id)}")
+
+    def export_recording(self, recording_id, format="jsonl"):
+        """A recording as jsonl, parquet, gif, mp4 or html (bytes)."""
+        _, _, raw = self.request("GET", f"/recordings/{_seg(recording_id)}/export", query={"format": format})
+        return raw
+
+
+def _seg(s):
+    return urllib.parse.quote(str(s), safe="")
+
+
+class Sandbox:
+    """A sandbox; ``browser`` and ``desktop`` reach its kind's API. As a
+    context manager it is deleted on exit."""
+
+    def __init__(self, client, info):
+        self.client = client
+        self.info = info
+        self.id = info["sandbox_id"]
+        self.browser = Browser(self)
+        self.desktop = Desktop(self)
+
+    def __repr__(self):
+        return f"Sandbox({self.id!r}, kind={self.kind!r}, status={self.status!r})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.delete()
+
+    @property
+    def kind(self):
+        return self.info.get("kind") or "shell"
+
+    @property
+    def status(self):
+        return self.info.get("status")
+
+    def _path(self, rest=""):
+        return f"/sandboxes/{_seg(self.id)}{rest}"
+
+    def refresh(self):
+        self.info = self.client.json("GET", self._path())
+        return self
+
+    def wait(self, timeout=300):
+        """Block until the sandbox is ready; a failed start raises its fault."""
+        info = self.client.json("GET", self._path("/wait"), query={"timeout": int(timeout)}, timeout=timeout + 30)
+        self.info = info
+        if info.get("status") != "ready":
+            f = info.get("fault") or {}
+            raise OrchardError(0, f.get("code", "sandbox.failed"),
+                               f.get("message") or info.get("status_message") or f"sandbox {self.id} is {info.get('status')}",
+                               f.get("category", ""), f.get("source", "sandbox"), bool(f.get("retryable")))
+        return self
+
+    def delete(self):
+        try:
+            self.client.json("DELETE", self._path())
+        except OrchardError as e:
+            if e.status != 404:
+                raise
+
+    def heartbeat(self):
+        return self.client.json("POST", self._path("/heartbeat"))
+
+    def exec(self, command, timeout=None, cwd=None, env=None, login_shell=False):
+        """Run a command (bash -c) and wait for it; returns the job: status,
+        exit_code, stdout, stderr (and fault when the sandbox, not the
+        command, failed)."""
+        body = {"command": command, "timeout_seconds": timeout, "cwd": cwd, "env": env,
+                "login_shell": login_shell, "wait": True}
+        return self.client.json("POST", self._path("/exec"), body,
+                                timeout=(timeout or 3600) + 60)
+
+    def upload(self, path, data, mode=None):
+        if isinstance(data, str):
+            data = data.encode()
+        body = {"path": path, "content": base64.b64encode(data).decode()}
+        if mode:
+            body["mode"] = mode
+        return self.client.json("POST", self._path("/files"), body)
+
+    def download(self, path):
+        doc = self.client.json("GET", self._path("/files"), query={"path": path})
+        return base64.b64decode(doc["content"])
+
+    def list_files(self, path="/workspace"):
+        return self.client.json("GET", self._path("/files/list"), query={"path": path})
+
+
+def _actions(actions):
+    return [actions] if isinstance(actions, dict) else list(actions)
+
+
+class Browser:
+    """The browser of a ``kind="browser"`` sandbox (API.md)."""
+
+    def __init__(self, sandbox):
+        self.sandbox = sandbox
+
+    def _path(self, rest):
+        return self.sandbox._path("/browser" + rest)
+
+    def act(self, actions, observe=None, frame=None, strict=False, settle=None):
+        """Run one action (a dict) or a list in order; returns {ok,
+        results, observation?, timing}. An action that fails on the page is
+        a result with ok false and its classified error, not an exception."""
+        body = {"actions": _actions(actions)}
+        for k, v in (("observe", observe), ("frame", frame), ("settle", settle)):
+            if v is not None:
+                body[k] = v
+        if strict:
+            body["strict"] = True
+        return self.sandbox.client.json("POST", self._path("/actions"), body)
+
+    def observe(self, screenshot="jpeg", quality=None, width=None, scale=None, axtree=False, som=False,
+                text=False, full_page=False):
+        q = {"screenshot": screenshot, "quality": quality, "width": width, "scale": scale,
+             "axtree": axtree, "som": som, "text": text, "full_page": full_page}
+        return self.sandbox.client.json("GET", self._path("/observation"), query=q)
+
+    def screenshot(self, format="png", quality=None, width=None, scale=None, full_page=False):
+        return self.sandbox.client.image(self._path("/screenshot"), {
+            "format": format, "quality": quality, "width": width, "scale": scale, "full_page": full_page})
+
+    def tabs(self):
+        return self.sandbox.client.json("GET", self._path("/tabs"))["tabs"]
+
+    def evaluate(self, expression):
+        """Evaluate JavaScript in the active tab; returns its value."""
+        return self.sandbox.client.json("POST", self._path("/evaluate"), {"expression": expression}).get("value")
+
+    def network(self, har=False, since=None):
+        return self.sandbox.client.json("GET", self._path("/network"),
+                                        query={"format": "har" if har else None, "since": since})
+
+
+class Desktop:
+    """The X11 desktop of a ``kind="desktop"`` sandbox (API.md); actions in
+    Orchard's, Anthropic's or OpenAI's computer-use vocabulary."""
+
+    def __init__(self, sandbox):
+        self.sandbox = sandbox
+
+    def _path(self, rest):
+        return self.sandbox._path("/desktop" + rest)
+
+    def act(self, actions, observe=None, frame=None, strict=False):
+        body = {"actions": _actions(actions)}
+        if observe is not None:
+            body["observe"] = observe
+        if frame is not None:
+            body["frame"] = frame
+        if strict:
+            body["strict"] = True
+        return self.sandbox.client.json("POST", self._path("/actions"), body)
+
+    def screenshot(self, format="png", quality=None, width=None, height=None):
+        return self.sandbox.client.image(self._path("/screenshot"), {
+            "format": format, "quality": quality, "width": width, "height": height})
+
+    def cursor(self):
+        return self.sandbox.client.json("GET", self._path("/cursor"))
+
+    def status(self):
+        return self.sandbox.client.json("GET", self._path("/status"))
+
+
+class Episode:
+    """One episode of the RL loop: step until done, then finish."""
+
+    def __init__(self, client, doc):
+        self.client = client
+        self.id = doc["episode_id"]
+        self.sandbox_id = doc.get("sandbox_id")
+        self.observation = doc.get("observation")
+        self.done = False
+
+    def __repr__(self):
+        return f"Episode({self.id!r}, sandbox={self.sandbox_id!r}, done={self.done})"
+
+    def step(self, action):
+        """One action; returns {observation, done, info}. A fault of the
+        environment ends the episode (done) with info.error set."""
+        r = self.client.json("POST", f"/episodes/{_seg(self.id)}/step", {"action": action})
+        self.observation = r.get("observation", self.observation)
+        self.done = bool(r.get("done"))
+        return r
+
+    def finish(self, answer=None):
+        """Evaluate and end: {outcome (success, failure or env_error),
+        reward, evaluation, attribution, recording_id}."""
+        body = {} if answer is None else {"answer": answer}
+        self.done = True
+        return self.client.json("POST", f"/episodes/{_seg(self.id)}/finish", body)
+
+    def abort(self):
+        self.done = True
+        return self.client.json("DELETE", f"/episodes/{_seg(self.id)}")
+
+    def state(self):
+        return self.client.json("GET", f"/episodes/{_seg(self.id)}")

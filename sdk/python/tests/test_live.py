@@ -1,0 +1,123 @@
+"""The client against a live Orchard server: ORCHARD_URL and ORCHARD_API_KEY
+name it (server/python_sdk_test.go starts one and runs this). Real
+sandboxes, a real browser; ORCHARD_TEST_DESKTOP=1 adds a desktop."""
+
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from orchard import Client, OrchardError, screenshot_bytes  # noqa: E402
+
+PAGE = """<!doctype html><html><head><title>Shop</title></head><body style="margin:0">
+<input id="q" style="position:absolute;left:20px;top:80px;width:300px;height:30px">
+<button id="go" style="position:absolute;left:340px;top:80px;width:100px;height:30px"
+  onclick="document.getElementById('r').textContent='3 results for '+document.getElementById('q').value">Search</button>
+<p id="r" style="position:absolute;left:20px;top:140px">no search yet</p>
+</body></html>"""
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@unittest.skipUnless(os.environ.get("ORCHARD_URL"), "ORCHARD_URL names no server")
+class Live(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Client()
+
+    def test_errors_are_classified(self):
+        with self.assertRaises(OrchardError) as e:
+            Client(api_key="not-the-key").sandboxes()
+        self.assertEqual((e.exception.status, e.exception.code, e.exception.source), (403, "client.invalid_api_key", "client"))
+        with self.assertRaises(OrchardError) as e:
+            self.c.sandbox("nosuchid")
+        self.assertEqual((e.exception.status, e.exception.code), (404, "sandbox.not_found"))
+        with self.assertRaises(OrchardError) as e:
+            Client(base_url="http://127.0.0.1:1", retries=1).health()
+        self.assertEqual((e.exception.status, e.exception.code), (0, "client.unreachable"))
+
+    def test_shell(self):
+        with self.c.create_sandbox(labels={"suite": "python"}) as sb:
+            self.assertEqual(sb.status, "ready")
+            self.assertIn(sb.id, [s.id for s in self.c.sandboxes(labels={"suite": "python"})])
+            job = sb.exec("echo hi; echo err >&2; exit 3")
+            self.assertEqual((job["status"], job["exit_code"], job["stdout"], job["stderr"]), ("failed", 3, "hi\n", "err\n"))
+            blob = bytes(range(256)) * 4
+            sb.upload("/workspace/d/blob.bin", blob)
+            self.assertEqual(sb.download("/workspace/d/blob.bin"), blob)
+            names = [f["name"] for f in sb.list_files("/workspace/d")["files"]]
+            self.assertEqual(names, ["blob.bin"])
+        with self.assertRaises(OrchardError) as e:
+            sb.refresh()
+        self.assertEqual(e.exception.status, 404)
+
+    def test_browser(self):
+        with self.c.create_sandbox(kind="browser", browser={"viewport": {"width": 800, "height": 600}}) as sb:
+            sb.upload("/workspace/page.html", PAGE)
+            r = sb.browser.act({"type": "navigate", "url": "file:///workspace/page.html"},
+                               observe={"screenshot": "jpeg", "som": True})
+            self.assertTrue(r["ok"], r)
+            obs = r["observation"]
+            self.assertEqual(obs["title"], "Shop")
+            self.assertTrue(screenshot_bytes(obs).startswith(b"\xff\xd8"))
+            button = [e for e in obs["elements"] if e["role"] == "button"]
+            self.assertEqual(len(button), 1, obs["elements"])
+            r = sb.browser.act([{"type": "click", "selector": "#q"}, {"type": "type", "text": "lamp"},
+                                {"type": "click", "element": button[0]["id"]}],
+                               frame=obs["frame"], observe={"screenshot": "none", "text": True})
+            self.assertTrue(r["ok"], r)
+            self.assertIn("3 results for lamp", r["observation"]["text"])
+            self.assertEqual(sb.browser.evaluate("document.getElementById('r').textContent"), "3 results for lamp")
+            # A failing action is a result, not an exception.
+            r = sb.browser.act({"type": "click", "selector": "#nope"})
+            self.assertFalse(r["ok"])
+            self.assertEqual(r["results"][0]["error"]["code"], "action.no_such_element")
+
+            img = sb.browser.screenshot()
+            self.assertTrue(img.data.startswith(PNG))
+            self.assertEqual((img.width, img.height, img.scale), (800, 600, 1.0))
+            half = sb.browser.screenshot(format="jpeg", scale=0.5)
+            self.assertEqual((half.width, half.scale), (400, 0.5))
+            self.assertGreater(half.frame, img.frame)
+            self.assertEqual(len(sb.browser.tabs()), 1)
+            self.assertIn("elements", sb.browser.observe(screenshot="none", som=True))
+
+    def test_episode(self):
+        task = {"id": "py-search", "question": "How many results for lamp?", "start_url": "file:///workspace/shop.html",
+                "setup": {"files": [{"path": "/workspace/shop.html", "content": PAGE}],
+                          "sandbox": {"block_network": True, "browser": {"viewport": {"width": 800, "height": 600}}}},
+                "eval": {"type": "answer_match", "mode": "numeric", "references": ["3"]}}
+        loaded = self.c.load_tasks("python", json.dumps(task) + "\n")
+        self.assertEqual(loaded["tasks"], 1)
+        self.assertIn("python", [s["name"] for s in self.c.tasks()])
+        ep = self.c.start_episode(task_id="py-search", max_steps=10)
+        self.assertEqual(ep.observation["title"], "Shop")
+        for a in ({"type": "click", "selector": "#q"}, {"type": "type", "text": "lamp"}, {"type": "click", "selector": "#go"}):
+            r = ep.step(a)
+            self.assertFalse(r["done"], r)
+        res = ep.finish("There are 3.")
+        self.assertEqual((res["outcome"], res["reward"]), ("success", 1.0))
+        self.assertIn(ep.id, [e["episode_id"] for e in self.c.episodes()])
+        rec = res.get("recording_id")
+        self.assertTrue(rec, res)
+        lines = [json.loads(line) for line in self.c.export_recording(rec, "jsonl").decode().splitlines()]
+        # The manifest, then the first observation and one line per step.
+        self.assertEqual(lines[0]["type"], "manifest")
+        self.assertEqual((lines[0]["manifest"]["steps"], len(lines) - 1), (4, 4))
+
+    @unittest.skipUnless(os.environ.get("ORCHARD_TEST_DESKTOP"), "no desktop on this machine")
+    def test_desktop(self):
+        with self.c.create_sandbox(kind="desktop", desktop={"width": 800, "height": 600}) as sb:
+            r = sb.desktop.act([{"action": "mouse_move", "coordinate": [120, 90]}])
+            self.assertTrue(r["ok"], r)
+            cur = sb.desktop.cursor()
+            self.assertEqual((cur["screen_x"], cur["screen_y"]), (120, 90))
+            shot = sb.desktop.screenshot(format="jpeg", width=400)
+            self.assertTrue(shot.data.startswith(b"\xff\xd8"))
+            self.assertEqual((shot.scale, shot.frame > 0), (0.5, True))
+
+
+if __name__ == "__main__":
+    unittest.main()
