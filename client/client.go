@@ -166,6 +166,8 @@ type call struct {
 	contentType string
 	// rawOut receives a 2xx body undecoded (exports, images).
 	rawOut *[]byte
+	// header receives a 2xx response's headers (an image's frame and scale).
+	header *http.Header
 	// idempotent calls are retried on retryable failures.
 	idempotent bool
 	// longPoll is how long the server may block before answering: added
@@ -274,6 +276,9 @@ func (c *Client) attempt(ctx context.Context, cl call, body []byte, rid string) 
 	if int64(len(data)) > limit {
 		return 0, faults.Newf(faults.CodeResponseTooLarge, faults.TooLarge, faults.Client,
 			"%s %s: response exceeds %d bytes", cl.method, cl.path, limit)
+	}
+	if cl.header != nil {
+		*cl.header = resp.Header
 	}
 	if cl.rawOut != nil {
 		*cl.rawOut = data

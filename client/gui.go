@@ -1,0 +1,96 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// Browser and desktop sandboxes (API.md). Action requests and the answers
+// travel as JSON the caller shapes: the client stays free of the browser
+// and desktop packages (the browser package's Request and Response, or
+// the desktop package's, decode them).
+
+// Image is a screenshot's bytes with the frame and scale that actions on
+// its pixels name (X-Orchard-Frame, X-Orchard-Scale).
+type Image struct {
+	Data        []byte
+	ContentType string
+	// Frame is the observation frame the image is; 0 when the server sent
+	// none.
+	Frame int64
+	// Scale is image pixels per CSS pixel (browser) or per screen pixel
+	// (desktop).
+	Scale float64
+}
+
+// Cursor is the desktop pointer (GET /desktop/cursor): X, Y in the latest
+// screenshot's pixels (Frame, Scale), ScreenX, ScreenY on the screen.
+type Cursor struct {
+	X       float64 `json:"x"`
+	Y       float64 `json:"y"`
+	ScreenX int     `json:"screen_x"`
+	ScreenY int     `json:"screen_y"`
+	Frame   int64   `json:"frame"`
+	Scale   float64 `json:"scale"`
+}
+
+// BrowserActions runs a browser action request (POST
+// /sandboxes/{id}/browser/actions: {"actions": [...], "observe": {...},
+// "frame": n, "strict": bool}). An action that fails on the page is in the
+// answer's results, not an error. Not retried: actions act.
+func (c *Client) BrowserActions(ctx context.Context, id string, req any) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/browser/actions", body: req, out: &out})
+	return out, err
+}
+
+// BrowserObservation observes the active tab (GET /browser/observation
+// with screenshot, quality, width, scale, axtree, som, text, full_page).
+func (c *Client) BrowserObservation(ctx context.Context, id string, q url.Values) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, call{method: "GET", path: sandboxPath(id) + "/browser/observation", query: q, out: &out, idempotent: true})
+	return out, err
+}
+
+// BrowserScreenshot returns the active tab's screenshot (format, quality,
+// width, scale, full_page).
+func (c *Client) BrowserScreenshot(ctx context.Context, id string, q url.Values) (Image, error) {
+	return c.image(ctx, sandboxPath(id)+"/browser/screenshot", q)
+}
+
+// DesktopActions runs a desktop action request (POST /desktop/actions) in
+// Orchard's, Anthropic's or OpenAI's vocabulary. Not retried.
+func (c *Client) DesktopActions(ctx context.Context, id string, req any) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/desktop/actions", body: req, out: &out})
+	return out, err
+}
+
+// DesktopScreenshot returns the screen (format, quality, width, height).
+func (c *Client) DesktopScreenshot(ctx context.Context, id string, q url.Values) (Image, error) {
+	return c.image(ctx, sandboxPath(id)+"/desktop/screenshot", q)
+}
+
+// DesktopCursor reads the pointer.
+func (c *Client) DesktopCursor(ctx context.Context, id string) (Cursor, error) {
+	var out Cursor
+	err := c.do(ctx, call{method: "GET", path: sandboxPath(id) + "/desktop/cursor", out: &out, idempotent: true})
+	return out, err
+}
+
+func (c *Client) image(ctx context.Context, path string, q url.Values) (Image, error) {
+	var (
+		data []byte
+		h    http.Header
+	)
+	if err := c.do(ctx, call{method: "GET", path: path, query: q, rawOut: &data, header: &h, idempotent: true}); err != nil {
+		return Image{}, err
+	}
+	img := Image{Data: data, ContentType: h.Get("Content-Type")}
+	img.Frame, _ = strconv.ParseInt(h.Get("X-Orchard-Frame"), 10, 64)
+	img.Scale, _ = strconv.ParseFloat(h.Get("X-Orchard-Scale"), 64)
+	return img, nil
+}
