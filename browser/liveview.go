@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -55,8 +56,9 @@ type screencast struct {
 
 // LiveView is one viewer of the session's live view. Close it when done.
 type LiveView struct {
-	c    *screencast
-	once sync.Once
+	c      *screencast
+	once   sync.Once
+	closed atomic.Bool // Next after Close must not start a cast nobody stops
 }
 
 // Watch joins (or starts) the live view at JPEG quality 1–100 (0 means
@@ -90,6 +92,7 @@ func (s *Session) Watch(quality, width int) (*LiveView, error) {
 // Close leaves the live view; the last viewer to leave stops the cast.
 func (v *LiveView) Close() {
 	v.once.Do(func() {
+		v.closed.Store(true)
 		c := v.c
 		s := c.s
 		s.liveMu.Lock()
@@ -115,6 +118,9 @@ func (v *LiveView) Next(ctx context.Context, after uint64, wait time.Duration) (
 	c, s := v.c, v.c.s
 	deadline := time.Now().Add(wait)
 	for {
+		if v.closed.Load() {
+			return nil, 0, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "live view: closed")
+		}
 		if err := s.Err(); err != nil {
 			return nil, 0, err
 		}

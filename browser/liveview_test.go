@@ -108,3 +108,25 @@ func TestLiveView(t *testing.T) {
 		t.Errorf("observe after the live view: %v", err)
 	}
 }
+
+// A viewer that has left cannot restart the cast.
+func TestLiveViewClosed(t *testing.T) {
+	s := openPage(t, "/basic.html")
+	v, err := s.Watch(60, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := v.Next(ctxT(t), 0, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	if _, _, err := v.Next(ctxT(t), 0, time.Second); err == nil {
+		t.Fatal("Next after Close answered")
+	}
+	s.liveMu.Lock()
+	n := len(s.casts)
+	s.liveMu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d screencasts after the only viewer left", n)
+	}
+}
