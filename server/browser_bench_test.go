@@ -2,8 +2,11 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -168,6 +171,9 @@ func BenchmarkBrowserStep(b *testing.B) {
 	testenv.RequireChromium(b)
 	srv := testserver.Start(b, testserver.Options{})
 	id, _ := benchBrowser(b, srv, "1Gi")
+	if os.Getenv("ORCHARD_BENCH_VIEWER") != "" {
+		watchLive(b, srv, id)
+	}
 	cases := []struct {
 		name string
 		req  map[string]any
@@ -347,4 +353,28 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// watchLive keeps a viewer on the sandbox's live view (5 frames a second)
+// until the benchmark ends: ORCHARD_BENCH_VIEWER=1 measures steps while
+// someone watches.
+func watchLive(b *testing.B, srv *testserver.Server, id string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/sandboxes/"+id+"/browser/stream?fps=5", nil)
+	req.Header.Set("X-API-Key", srv.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		cancel()
+		b.Fatalf("live view: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}()
+	b.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-done
+	})
 }
