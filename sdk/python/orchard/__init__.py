@@ -1,6 +1,6 @@
 """Orchard's Python client (standard library only); see client.py."""
 
-from .client import (Browser, Client, Desktop, Episode, Image, OrchardError, Sandbox,
+from .client import (AsyncClient, Browser, Client, Desktop, Episode, Image, OrchardError, Sandbox,
                      screenshot_bytes)
 
-__all__ = ["Client", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
+__all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]

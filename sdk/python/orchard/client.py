@@ -14,7 +14,10 @@ basics too (create, exec, files) and everything Orchard adds.
         png = sb.browser.screenshot().data
 """
 
+import asyncio
 import base64
+import concurrent.futures
+import functools
 import http.client
 import json
 import os
@@ -25,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-__all__ = ["Client", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
+__all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -445,3 +448,68 @@ class Episode:
 
     def state(self):
         return self.client.json("GET", f"/episodes/{_seg(self.id)}")
+
+
+class _Async:
+    """An asyncio face on a blocking object of this module: each method
+    call runs on the client's worker threads and the objects it returns
+    get the same face."""
+
+    def __init__(self, obj, pool):
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_pool", pool)
+
+    def __getattr__(self, name):
+        value = getattr(self._obj, name)
+        if isinstance(value, _WRAPPED):
+            return _Async(value, self._pool)
+        if callable(value):
+            async def call(*args, **kwargs):
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self._pool, functools.partial(value, *args, **kwargs))
+                return _lift(result, self._pool)
+            call.__name__ = name
+            call.__doc__ = getattr(value, "__doc__", None)
+            return call
+        return value
+
+    def __repr__(self):
+        return f"Async{self._obj!r}"
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        # Only a sandbox is a context manager: leaving deletes it.
+        await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(self._obj.__exit__, *exc))
+
+
+_WRAPPED = (Sandbox, Browser, Desktop, Episode)
+
+
+def _lift(value, pool):
+    if isinstance(value, _WRAPPED):
+        return _Async(value, pool)
+    if isinstance(value, list) and value and isinstance(value[0], _WRAPPED):
+        return [_Async(v, pool) for v in value]
+    return value
+
+
+class AsyncClient(_Async):
+    """Client for asyncio code, for rollouts that run many sandboxes at
+    once: the same methods as Client, awaited; the sandboxes, browsers,
+    desktops and episodes it returns are awaited the same way. Calls run on
+    up to workers threads of its own (each waits on the network, not the
+    CPU), so as many requests are in flight at once.
+
+        c = AsyncClient()
+        async with await c.create_sandbox(kind="browser") as sb:
+            r = await sb.browser.act({"type": "navigate", "url": url})
+    """
+
+    def __init__(self, *args, workers=64, **kwargs):
+        super().__init__(Client(*args, **kwargs), concurrent.futures.ThreadPoolExecutor(workers, "orchard"))
+
+    def close(self):
+        """Stop the worker threads (after the calls in flight)."""
+        self._pool.shutdown(wait=True)

@@ -2,14 +2,16 @@
 name it (server/python_sdk_test.go starts one and runs this). Real
 sandboxes, a real browser; ORCHARD_TEST_DESKTOP=1 adds a desktop."""
 
+import asyncio
 import json
 import os
+import time
 import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from orchard import Client, OrchardError, screenshot_bytes  # noqa: E402
+from orchard import AsyncClient, Client, OrchardError, screenshot_bytes  # noqa: E402
 
 PAGE = """<!doctype html><html><head><title>Shop</title></head><body style="margin:0">
 <input id="q" style="position:absolute;left:20px;top:80px;width:300px;height:30px">
@@ -106,6 +108,29 @@ class Live(unittest.TestCase):
         # The manifest, then the first observation and one line per step.
         self.assertEqual(lines[0]["type"], "manifest")
         self.assertEqual((lines[0]["manifest"]["steps"], len(lines) - 1), (4, 4))
+
+    def test_async_sandboxes_at_once(self):
+        async def rollout(c, n):
+            async with await c.create_sandbox(kind="browser", labels={"rollout": str(n)}) as sb:
+                r = await sb.browser.act({"type": "navigate", "url": f"about:blank#{n}"}, observe={"screenshot": "none"})
+                job = await sb.exec(f"echo {n}")
+                return r["observation"]["url"], job["stdout"], sb.id
+
+        async def main():
+            c = AsyncClient(workers=8)
+            try:
+                with self.assertRaises(OrchardError):
+                    await c.sandbox("nosuchid")
+                return await asyncio.gather(*(rollout(c, n) for n in range(3)))
+            finally:
+                c.close()
+
+        t0 = time.monotonic()
+        got = asyncio.run(main())
+        self.assertEqual([(u, o) for u, o, _ in got], [(f"about:blank#{n}", f"{n}\n") for n in range(3)])
+        left = [s.id for s in self.c.sandboxes(kind="browser")]
+        self.assertFalse(set(left) & {i for _, _, i in got}, "sandboxes left after their async with")
+        self.assertLess(time.monotonic() - t0, 120)
 
     @unittest.skipUnless(os.environ.get("ORCHARD_TEST_DESKTOP"), "no desktop on this machine")
     def test_desktop(self):
