@@ -8,7 +8,7 @@ basics too (create, exec, files) and everything Orchard adds.
     from orchard import Client
 
     c = Client()  # ORCHARD_URL / ORCHARD_API_KEY, or SANDBOX_BASE_URL / SANDBOX_API_KEY
-    with c.create_sandbox(kind="browser") as sb:
+    with c.create_sandbox(kind="browser", block_network=False) as sb:
         r = sb.browser.act({"type": "navigate", "url": "https://example.com"},
                            observe={"screenshot": "jpeg", "som": True})
         png = sb.browser.screenshot().data
@@ -503,7 +503,7 @@ class AsyncClient(_Async):
     CPU), so as many requests are in flight at once.
 
         c = AsyncClient()
-        async with await c.create_sandbox(kind="browser") as sb:
+        async with await c.create_sandbox(kind="browser", block_network=False) as sb:
             r = await sb.browser.act({"type": "navigate", "url": url})
     """
 
