@@ -22,15 +22,16 @@ import http.client
 import json
 import os
 import random
-import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 __all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+# KEEP_ALIVE_IDLE: a connection idle this long may have been closed by the
+# server (or a proxy between), so it is not reused.
+KEEP_ALIVE_IDLE = 30.0
 
 
 class OrchardError(Exception):
@@ -108,9 +109,10 @@ def _float(v):
 
 
 class Client:
-    """One Orchard server. Requests that change nothing (GET, DELETE) are
-    retried on connection failures and on 503s the server marks retryable;
-    others are sent once, so an exec never runs twice."""
+    """One Orchard server, over one kept-alive connection per thread.
+    Requests that change nothing (GET, DELETE) are retried on connection
+    failures and on 503s the server marks retryable; others are sent once,
+    so an exec never runs twice."""
 
     def __init__(self, base_url=None, api_key=None, timeout=300.0, retries=3):
         self.base_url = (base_url or os.environ.get("ORCHARD_URL") or os.environ.get("SANDBOX_BASE_URL")
@@ -118,17 +120,24 @@ class Client:
         self.api_key = api_key or os.environ.get("ORCHARD_API_KEY") or os.environ.get("SANDBOX_API_KEY")
         self.timeout = timeout
         self.retries = max(1, retries)
+        u = urllib.parse.urlsplit(self.base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"base_url {self.base_url!r}: want http(s)://host[:port][/prefix]")
+        self._prefix = u.path.rstrip("/")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns = set()  # every thread's connection, for close
 
     # -- transport -------------------------------------------------------
 
     def request(self, method, path, body=None, query=None, data=None, content_type=None, timeout=None):
         """Send one request; returns (status, headers, body bytes). body is
         sent as JSON, data as raw bytes. Raises OrchardError."""
-        url = self.base_url + path
+        target = self._prefix + path
         if query:
             q = {k: v for k, v in query.items() if v is not None}
             if q:
-                url += "?" + urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in q.items()})
+                target += "?" + urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in q.items()})
         headers = {"Accept": "application/json"}
         if self.api_key:
             headers["X-API-Key"] = self.api_key
@@ -138,25 +147,86 @@ class Client:
         if content_type:
             headers["Content-Type"] = content_type
         idempotent = method in ("GET", "HEAD", "DELETE")
-        for attempt in range(self.retries):
-            last = attempt == self.retries - 1
-            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        attempt = 0
+        while True:
+            last = attempt >= self.retries - 1
+            conn, reused = self._conn(timeout or self.timeout)
+            sent = False
             try:
-                with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
-                    return resp.status, resp.headers, resp.read()
-            except urllib.error.HTTPError as e:
-                err = OrchardError.from_response(e.code, e.read())
-                if idempotent and not last and e.code == 503 and err.retryable:
-                    self._backoff(attempt, e.headers.get("Retry-After"))
+                conn.request(method, target, body=data, headers=headers)
+                sent = True
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.HTTPException, OSError) as e:
+                self._drop()
+                # A kept-alive connection the server had closed fails before
+                # anything was sent, or with no answer at all: try once more
+                # on a new one when nothing can have run twice.
+                if reused and (not sent or idempotent):
                     continue
-                raise err from None
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout) as e:
                 if idempotent and not last:
-                    self._backoff(attempt)
+                    attempt += 1
+                    self._backoff(attempt - 1)
                     continue
-                reason = getattr(e, "reason", e)
-                raise OrchardError(0, "client.unreachable", f"{method} {url}: {reason}", retryable=True) from e
-        raise AssertionError("unreachable")
+                raise OrchardError(0, "client.unreachable", f"{method} {self.base_url}{target}: {e}", retryable=True) from e
+            if resp.will_close:
+                self._drop()
+            else:
+                self._local.used = time.monotonic()
+            if 200 <= resp.status < 300:
+                return resp.status, resp.headers, raw
+            err = OrchardError.from_response(resp.status, raw)
+            if idempotent and not last and resp.status == 503 and err.retryable:
+                attempt += 1
+                self._backoff(attempt - 1, resp.headers.get("Retry-After"))
+                continue
+            raise err
+
+    def _conn(self, timeout):
+        """This thread's kept-alive connection (one per thread: http.client
+        connections are not safe to share), and whether it served before.
+        One idle longer than keepAliveIdle is replaced rather than trusted."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and time.monotonic() - self._local.used > KEEP_ALIVE_IDLE:
+            self._drop()
+            conn = None
+        reused = conn is not None
+        if conn is None:
+            u = urllib.parse.urlsplit(self.base_url)
+            cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+            conn = cls(u.hostname, u.port, timeout=timeout)
+            self._local.conn, self._local.used = conn, time.monotonic()
+            with self._lock:
+                self._conns.add(conn)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            try:
+                conn.sock.settimeout(timeout)
+            except OSError:  # closed under us: start afresh
+                self._drop()
+                return self._conn(timeout)
+        return conn, reused
+
+    def _drop(self):
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def close(self):
+        """Close the connections of every thread that used the client."""
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     @staticmethod
     def _backoff(attempt, retry_after=None):
@@ -511,5 +581,7 @@ class AsyncClient(_Async):
         super().__init__(Client(*args, **kwargs), concurrent.futures.ThreadPoolExecutor(workers, "orchard"))
 
     def close(self):
-        """Stop the worker threads (after the calls in flight)."""
+        """Stop the worker threads (after the calls in flight) and close
+        their connections."""
         self._pool.shutdown(wait=True)
+        self._obj.close()

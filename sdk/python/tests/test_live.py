@@ -29,9 +29,13 @@ class Live(unittest.TestCase):
     def setUpClass(cls):
         cls.c = Client()
 
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
     def test_errors_are_classified(self):
-        with self.assertRaises(OrchardError) as e:
-            Client(api_key="not-the-key").sandboxes()
+        with self.assertRaises(OrchardError) as e, Client(api_key="not-the-key") as wrong:
+            wrong.sandboxes()
         self.assertEqual((e.exception.status, e.exception.code, e.exception.source), (403, "client.invalid_api_key", "client"))
         with self.assertRaises(OrchardError) as e:
             self.c.sandbox("nosuchid")
@@ -39,6 +43,23 @@ class Live(unittest.TestCase):
         with self.assertRaises(OrchardError) as e:
             Client(base_url="http://127.0.0.1:1", retries=1).health()
         self.assertEqual((e.exception.status, e.exception.code), (0, "client.unreachable"))
+
+    def test_keep_alive(self):
+        c = Client()
+        self.addCleanup(c.close)
+        c.health()
+        conn = c._local.conn
+        for _ in range(20):
+            c.health()
+        self.assertIs(c._local.conn, conn, "a new connection for every request")
+        # A connection the server closed is replaced without a trace, for
+        # a request that changes nothing and for one that was never sent.
+        conn.sock.close()
+        self.assertEqual(c.health()["status"], "healthy")
+        self.assertIsNot(c._local.conn, conn)
+        c._local.conn.sock.close()
+        with c.create_sandbox() as sb:
+            self.assertEqual(sb.exec("echo once")["stdout"], "once\n")
 
     def test_shell(self):
         with self.c.create_sandbox(labels={"suite": "python"}) as sb:
