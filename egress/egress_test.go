@@ -42,6 +42,8 @@ func TestPolicy(t *testing.T) {
 		{"wildcard sub", Policy{Allow: []string{"*.wikipedia.org"}}, "en.wikipedia.org", "1.1.1.1", "", ""},
 		{"wildcard apex", Policy{Allow: []string{"*.wikipedia.org"}}, "wikipedia.org", "1.1.1.1", "", ""},
 		{"wildcard suffix trick", Policy{Allow: []string{"*.wikipedia.org"}}, "evilwikipedia.org", "", faults.CodeEgressDenied, "host"},
+		{"pattern with a trailing dot", Policy{Allow: []string{"Example.com."}}, "example.com", "93.184.216.34", "", ""},
+		{"wildcard with a trailing dot", Policy{Allow: []string{"*.example.com."}}, "a.example.com.", "93.184.216.34", "", ""},
 		{"loopback", Policy{}, "localhost", "127.0.0.1", faults.CodeEgressPrivate, "addr"},
 		{"loopback v6", Policy{}, "x", "::1", faults.CodeEgressPrivate, "addr"},
 		{"mapped v4 loopback", Policy{}, "x", "::ffff:127.0.0.1", faults.CodeEgressPrivate, "addr"},
@@ -73,12 +75,12 @@ func TestPolicy(t *testing.T) {
 }
 
 func TestValidatePatterns(t *testing.T) {
-	for _, ok := range []string{"example.com", "*.example.com", "localhost"} {
+	for _, ok := range []string{"example.com", "*.example.com", "localhost", "example.com.", "*.example.com."} {
 		if err := ValidatePatterns([]string{ok}); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "*", "a/b", "http://x", "x:80", "*.*.x", "a..b"} {
+	for _, bad := range []string{"", "*", "a/b", "http://x", "x:80", "*.*.x", "a..b", "ex?mple.com", "[a-z].com", `a\.com`, "."} {
 		if err := ValidatePatterns([]string{bad}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

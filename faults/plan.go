@@ -112,7 +112,9 @@ func MatchHost(pattern, host string) bool {
 	if pattern == "" || pattern == "*" {
 		return true
 	}
-	pattern, host = strings.ToLower(pattern), strings.ToLower(strings.TrimSuffix(host, "."))
+	// A fully qualified name's trailing dot, on either side, names the
+	// same host.
+	pattern, host = strings.ToLower(strings.TrimSuffix(pattern, ".")), strings.ToLower(strings.TrimSuffix(host, "."))
 	if rest, ok := strings.CutPrefix(pattern, "*."); ok {
 		return host == rest || strings.HasSuffix(host, "."+rest)
 	}
