@@ -170,6 +170,23 @@ func TestDashboardInChromium(t *testing.T) {
 		waitFor(t, "live view closed", `document.querySelector('#viewer').hidden`)
 	})
 
+	// The exec console runs a command in the shell sandbox and shows its
+	// output and exit code, as text.
+	do(t, browser.Action{Type: browser.ActClick, Selector: fmt.Sprintf(`button[data-exec="%s"]`, shell)})
+	do(t, browser.Action{Type: browser.ActType, Selector: "#console-cmd", Text: `echo $((6*7)); echo '<b>x</b>' >&2; exit 3`},
+		browser.Action{Type: browser.ActKey, Keys: "Enter"})
+	waitFor(t, "the command's exit", `document.querySelector('#console-out [data-exit]')`)
+	var console struct {
+		Text  string `json:"text"`
+		Exit  string `json:"exit"`
+		Bolds int    `json:"bolds"`
+	}
+	eval(t, `(() => { const o = document.querySelector('#console-out'); return {text: o.textContent, exit: o.querySelector('[data-exit]').dataset.exit, bolds: o.querySelectorAll('b').length}; })()`, &console)
+	if !strings.Contains(console.Text, "42") || !strings.Contains(console.Text, "<b>x</b>") || console.Exit != "3" || console.Bolds != 0 {
+		t.Errorf("exec console: %+v", console)
+	}
+	do(t, browser.Action{Type: browser.ActClick, Selector: "#console-close"})
+
 	// Delete: the first click only arms the button.
 	del := fmt.Sprintf(`button[data-delete="%s"]`, shell)
 	do(t, browser.Action{Type: browser.ActClick, Selector: del})

@@ -12,6 +12,7 @@ const state = {
   timer: 0,
   armed: null,      // {id, until}: the delete waiting for its second click
   view: null,       // {id, abort: AbortController, url}
+  console: null,    // the sandbox id the exec console runs in
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -133,6 +134,9 @@ function renderSandboxes(list) {
     const actions = el('td');
     if ((s.kind === 'browser' || s.kind === 'desktop') && s.status === 'ready') {
       actions.append(el('button', { type: 'button', 'data-view': s.sandbox_id, onclick: () => openView(s.sandbox_id, s.kind) }, 'view'), ' ');
+    }
+    if (s.status === 'ready') {
+      actions.append(el('button', { type: 'button', 'data-exec': s.sandbox_id, onclick: () => openConsole(s.sandbox_id) }, 'exec'), ' ');
     }
     actions.append(deleteButton(s.sandbox_id));
     return el('tr', { 'data-id': s.sandbox_id },
@@ -310,6 +314,49 @@ async function pollDesktop(id, signal) {
   }
 }
 
+// The exec console runs one command at a time in a sandbox (bash -c, as
+// every exec) and shows its output; the command runs with the key's rights,
+// as it would from any client.
+function openConsole(id) {
+  state.console = id;
+  $('#console').hidden = false;
+  $('#console-id').textContent = id;
+  $('#console-out').replaceChildren();
+  $('#console-cmd').focus();
+}
+
+function closeConsole() {
+  state.console = null;
+  $('#console').hidden = true;
+}
+
+async function runConsole(ev) {
+  ev.preventDefault();
+  const id = state.console;
+  const input = $('#console-cmd');
+  const cmd = input.value;
+  if (!id || !cmd.trim()) return;
+  const out = $('#console-out');
+  out.append(el('div', { class: 'cmd' }, `$ ${cmd}`));
+  input.disabled = true;
+  try {
+    const job = await (await api(`/sandboxes/${encodeURIComponent(id)}/exec`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ command: cmd, wait: true, timeout_seconds: 120 }),
+    })).json();
+    if (job.stdout) out.append(el('div', { class: 'stdout' }, job.stdout));
+    if (job.stderr) out.append(el('div', { class: 'stderr' }, job.stderr));
+    const fault = job.fault ? ` ${job.fault.code}: ${job.fault.message}` : '';
+    out.append(el('div', { class: 'exit', 'data-exit': String(job.exit_code) }, `exit ${job.exit_code}${fault}`));
+    input.value = '';
+  } catch (e) {
+    out.append(el('div', { class: 'stderr' }, e.message));
+  }
+  input.disabled = false;
+  input.focus();
+  out.scrollTop = out.scrollHeight;
+}
+
 function forget() {
   state.key = '';
   sessionStorage.removeItem(keyName);
@@ -339,6 +386,8 @@ document.addEventListener('DOMContentLoaded', () => {
   });
   $('#logout').addEventListener('click', () => { forget(); showError(''); });
   $('#viewer-close').addEventListener('click', closeView);
+  $('#console-close').addEventListener('click', closeConsole);
+  $('#console-form').addEventListener('submit', runConsole);
   $('#filter').addEventListener('change', refresh);
   $('#filter').addEventListener('submit', (ev) => { ev.preventDefault(); refresh(); });
   if (state.key) refresh(); else forget();
