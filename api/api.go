@@ -242,3 +242,16 @@ type StatusOK struct {
 	Status    string `json:"status"`
 	SandboxID string `json:"sandbox_id,omitempty"`
 }
+
+// Cursor is a desktop's pointer (GET /sandboxes/{id}/desktop/cursor): X, Y
+// in the pixels of the latest screenshot (the space actions take
+// coordinates in), ScreenX, ScreenY on the screen. Frame and Scale name
+// that screenshot (frame 0: none taken yet, so screen pixels).
+type Cursor struct {
+	X       float64 `json:"x"`
+	Y       float64 `json:"y"`
+	ScreenX int     `json:"screen_x"`
+	ScreenY int     `json:"screen_y"`
+	Frame   int64   `json:"frame"`
+	Scale   float64 `json:"scale"`
+}

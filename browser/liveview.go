@@ -135,18 +135,16 @@ func (v *LiveView) Next(ctx context.Context, after uint64, wait time.Duration) (
 		c.mu.Lock()
 		frame, seq, fresh := c.frame, c.seq, c.fresh
 		c.mu.Unlock()
-		if frame == nil {
-			if d := t.openDialog(); d != nil {
+		// A page blocked by a dialog cannot be attached to (attaching
+		// evaluates a script): its last frame stays up, and with none yet
+		// the dialog is the answer.
+		if d := t.openDialog(); d != nil {
+			if frame == nil {
 				return nil, 0, faults.New(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
 					fmt.Sprintf("live view: a %s dialog blocks the page", d.Type))
 			}
-		}
-		// A page blocked by a dialog cannot be attached to (attaching
-		// evaluates a script); its last frame stays up.
-		if t.openDialog() == nil {
-			if err := c.ensure(ctx, t); err != nil {
-				return nil, 0, err
-			}
+		} else if err := c.ensure(ctx, t); err != nil {
+			return nil, 0, err
 		}
 		if frame != nil && seq > after {
 			return frame, seq, nil

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/orchard/orchard/api"
 )
 
 // Browser and desktop sandboxes (API.md). Action requests and the answers
@@ -24,17 +26,6 @@ type Image struct {
 	// Scale is image pixels per CSS pixel (browser) or per screen pixel
 	// (desktop).
 	Scale float64
-}
-
-// Cursor is the desktop pointer (GET /desktop/cursor): X, Y in the latest
-// screenshot's pixels (Frame, Scale), ScreenX, ScreenY on the screen.
-type Cursor struct {
-	X       float64 `json:"x"`
-	Y       float64 `json:"y"`
-	ScreenX int     `json:"screen_x"`
-	ScreenY int     `json:"screen_y"`
-	Frame   int64   `json:"frame"`
-	Scale   float64 `json:"scale"`
 }
 
 // BrowserActions runs a browser action request (POST
@@ -75,8 +66,8 @@ func (c *Client) DesktopScreenshot(ctx context.Context, id string, q url.Values)
 }
 
 // DesktopCursor reads the pointer.
-func (c *Client) DesktopCursor(ctx context.Context, id string) (Cursor, error) {
-	var out Cursor
+func (c *Client) DesktopCursor(ctx context.Context, id string) (api.Cursor, error) {
+	var out api.Cursor
 	err := c.do(ctx, call{method: "GET", path: sandboxPath(id) + "/desktop/cursor", out: &out, idempotent: true})
 	return out, err
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
+
+	"github.com/orchard/orchard/api"
 )
 
 // Button is an X pointer button.
@@ -515,29 +517,16 @@ func (s *Session) pressChords(ctx context.Context, chords []chord, hold time.Dur
 	return s.withX(ctx, ActKey, extra, func(ctx context.Context, x *xconn) error { return x.pressChords(ctx, chords, hold) })
 }
 
-// CursorState is where the pointer is: in the pixels of the latest
-// screenshot (the space actions take coordinates in) and on the screen.
-type CursorState struct {
-	X       float64 `json:"x"`
-	Y       float64 `json:"y"`
-	ScreenX int     `json:"screen_x"`
-	ScreenY int     `json:"screen_y"`
-	// Frame and Scale name the screenshot X and Y are in (frame 0: none
-	// taken yet, screen pixels).
-	Frame int64   `json:"frame"`
-	Scale float64 `json:"scale"`
-}
-
 // CursorPosition reads the pointer and maps it into the latest frame, as
 // the cursor_position action does.
-func (s *Session) CursorPosition(ctx context.Context) (CursorState, error) {
+func (s *Session) CursorPosition(ctx context.Context) (api.Cursor, error) {
 	p, err := s.Cursor(ctx)
 	if err != nil {
-		return CursorState{}, err
+		return api.Cursor{}, err
 	}
 	f, _ := s.frame(nil, false)
 	x, y := f.FromScreen(p)
-	return CursorState{X: x, Y: y, ScreenX: p.X, ScreenY: p.Y, Frame: f.ID, Scale: f.Scale}, nil
+	return api.Cursor{X: x, Y: y, ScreenX: p.X, ScreenY: p.Y, Frame: f.ID, Scale: f.Scale}, nil
 }
 
 // Cursor returns the pointer's position in screen pixels.

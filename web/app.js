@@ -265,8 +265,8 @@ function showFrame(blob) {
   if (old) setTimeout(() => URL.revokeObjectURL(old), 1000);
 }
 
-function indexOf(buf, pat, from) {
-  outer: for (let i = from; i <= buf.length - pat.length; i++) {
+function indexOf(buf, pat) {
+  outer: for (let i = 0; i <= buf.length - pat.length; i++) {
     for (let j = 0; j < pat.length; j++) if (buf[i + j] !== pat[j]) continue outer;
     return i;
   }
@@ -291,7 +291,7 @@ async function streamBrowser(id, signal) {
     // Each part: "--boundary", its headers with a Content-Length, a blank
     // line, the JPEG, CRLF.
     for (;;) {
-      const he = indexOf(buf, headEnd, 0);
+      const he = indexOf(buf, headEnd);
       if (he < 0) break;
       const m = /content-length:\s*(\d+)/i.exec(text.decode(buf.subarray(0, he)));
       if (!m) throw new Error('live view: a part without Content-Length');

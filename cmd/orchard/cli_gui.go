@@ -44,18 +44,15 @@ answer).`,
 				req["observe"] = json.RawMessage(observe)
 			}
 			c := conn.client()
-			sb, err := c.GetSandbox(cmd.Context(), args[0])
+			kind, err := guiKind(cmd, c, args[0], "act", "actions (orchard exec runs commands)")
 			if err != nil {
 				return err
 			}
 			var out json.RawMessage
-			switch sb.Kind {
-			case api.KindBrowser:
-				out, err = c.BrowserActions(cmd.Context(), sb.SandboxID, req)
-			case api.KindDesktop:
-				out, err = c.DesktopActions(cmd.Context(), sb.SandboxID, req)
-			default:
-				return fmt.Errorf("act: sandbox %s is a %s sandbox; actions need a browser or desktop one (orchard exec runs commands)", sb.SandboxID, kindName(sb.Kind))
+			if kind == api.KindBrowser {
+				out, err = c.BrowserActions(cmd.Context(), args[0], req)
+			} else {
+				out, err = c.DesktopActions(cmd.Context(), args[0], req)
 			}
 			if err != nil {
 				return err
@@ -99,24 +96,21 @@ actions on the image's pixels name.
 				q.Set("width", strconv.Itoa(wid))
 			}
 			c := conn.client()
-			sb, err := c.GetSandbox(cmd.Context(), args[0])
+			kind, err := guiKind(cmd, c, args[0], "screenshot", "screenshots")
 			if err != nil {
 				return err
 			}
 			var img client.Image
-			switch sb.Kind {
-			case api.KindBrowser:
+			switch {
+			case kind == api.KindBrowser:
 				if scale > 0 {
 					q.Set("scale", strconv.FormatFloat(scale, 'f', -1, 64))
 				}
-				img, err = c.BrowserScreenshot(cmd.Context(), sb.SandboxID, q)
-			case api.KindDesktop:
-				if scale > 0 {
-					return fmt.Errorf("screenshot: --scale is for browser sandboxes; use --width")
-				}
-				img, err = c.DesktopScreenshot(cmd.Context(), sb.SandboxID, q)
+				img, err = c.BrowserScreenshot(cmd.Context(), args[0], q)
+			case scale > 0:
+				return fmt.Errorf("screenshot: --scale is for browser sandboxes; use --width")
 			default:
-				return fmt.Errorf("screenshot: sandbox %s is a %s sandbox; screenshots need a browser or desktop one", sb.SandboxID, kindName(sb.Kind))
+				img, err = c.DesktopScreenshot(cmd.Context(), args[0], q)
 			}
 			if err != nil {
 				return err
@@ -141,9 +135,18 @@ actions on the image's pixels name.
 	return cmd
 }
 
-func kindName(k string) string {
-	if k == "" {
-		return api.KindShell
+// guiKind returns the kind of sandbox id, browser or desktop; any other
+// kind is refused with a message naming what the command needs.
+func guiKind(cmd *cobra.Command, c *client.Client, id, name, what string) (string, error) {
+	sb, err := c.GetSandbox(cmd.Context(), id)
+	if err != nil {
+		return "", err
 	}
-	return k
+	switch sb.Kind {
+	case api.KindBrowser, api.KindDesktop:
+		return sb.Kind, nil
+	case "":
+		sb.Kind = api.KindShell
+	}
+	return "", fmt.Errorf("%s: sandbox %s is a %s sandbox; %s need a browser or desktop one", name, id, sb.Kind, what)
 }
