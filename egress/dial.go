@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/orchard/orchard/faults"
@@ -39,6 +40,38 @@ type Dialer struct {
 	Timeout time.Duration
 	Gate    Gate // optional
 	Log     *slog.Logger
+
+	own ownAddrs
+}
+
+// ownAddrs caches the host's own interface addresses: a connection to one
+// of them never leaves the host, whatever range it lies in.
+type ownAddrs struct {
+	mu  sync.Mutex // guards at, set
+	at  time.Time
+	set map[netip.Addr]bool
+}
+
+// ownAddrsTTL bounds how stale the cache may be (an address the host
+// gains, a DHCP renewal).
+const ownAddrsTTL = 5 * time.Second
+
+func (o *ownAddrs) has(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.set == nil || time.Since(o.at) > ownAddrsTTL {
+		set := map[netip.Addr]bool{}
+		if ias, err := net.InterfaceAddrs(); err == nil {
+			for _, ia := range ias {
+				if pre, err := netip.ParsePrefix(ia.String()); err == nil {
+					set[pre.Addr().Unmap()] = true
+				}
+			}
+		}
+		o.set, o.at = set, time.Now()
+	}
+	return o.set[a]
 }
 
 // defaultDialTimeout is a connect budget for a site that is slow but up;
@@ -68,6 +101,10 @@ func (d *Dialer) Dial(ctx context.Context, p Policy, host string, port int) (net
 	for _, a := range addrs {
 		if err := p.CheckAddr(host, a); err != nil {
 			return nil, err
+		}
+		if d.own.has(a) && !p.allowed(a) {
+			return nil, faults.Newf(faults.CodeEgressPrivate, faults.PermissionDenied, faults.Policy,
+				"egress to %s (%s) is not allowed: it is an address of the host itself", host, a)
 		}
 	}
 	done := func(error) {}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,9 +291,15 @@ func (c *clientConn) forward() bool {
 			go func() {
 				n, err := c.sendBody(up, early)
 				r := bodyResult{n: early + n, err: err}
-				if err != nil && c.cr.err != nil && !c.stopping.Load() {
+				switch {
+				case err != nil && c.cr.err != nil && !c.stopping.Load():
 					// The client went away: its answer no longer matters.
 					r.clientGone = true
+					up.conn.Close()
+				case errors.Is(err, errBadChunk), errors.Is(err, errHeadTooLarge):
+					// The client's body cannot be forwarded: the site, still
+					// waiting for the rest of it, would never answer.
+					r.malformed = true
 					up.conn.Close()
 				}
 				body <- r
@@ -300,20 +307,34 @@ func (c *clientConn) forward() bool {
 		} else {
 			sent = early
 		}
+		var gone bool
 		if err == nil {
+			var stop func() bool
+			if body == nil {
+				stop = c.watchClient(up)
+			}
 			err = c.readResponseHead(up)
+			if stop != nil {
+				gone = stop()
+			}
 		}
 		if err == nil {
 			break
 		}
 		c.dropUpstream()
-		clientGone := c.cw.err != nil
+		clientGone := c.cw.err != nil || gone
+		var malformed bool
 		if body != nil {
-			clientGone = c.stopBody(body).clientGone || clientGone
+			r := c.stopBody(body)
+			clientGone = r.clientGone || clientGone
+			malformed = r.malformed
 		}
 		if clientGone {
 			p.finish(e, start, 0, nil) // the client went away
 			return false
+		}
+		if malformed {
+			return c.fail(e, start, headError(http.StatusBadRequest, "malformed chunked request body"))
 		}
 		// A kept-alive connection the site closed as the request went out:
 		// a request without a body can go again, as net/http's transport
@@ -354,6 +375,50 @@ func (c *clientConn) forward() bool {
 	p.log.update(e, func(e *Entry) { e.Sent, e.Recv = sent, recv })
 	p.finish(e, start, 0, err)
 	return keep && err == nil
+}
+
+// watchAfter is how long a site may take to answer before the proxy
+// starts watching the client: most answers come sooner, and a watch costs
+// a wake-up and two deadline changes on the client's connection.
+const watchAfter = 200 * time.Millisecond
+
+// watchClient watches the client's connection while the proxy waits for
+// the site's answer to a request whose body (if any) has been sent: if the
+// client goes away meanwhile (a browser navigating away from a hanging
+// site), the site connection is closed, which ends the wait, rather than
+// held until the site answers, which may be never. stop ends the watch and
+// reports whether the client went away. The watch reads at most into
+// c.br, which nothing else reads meanwhile; a pipelined request it reads
+// stays there for the next round. A nil stop means there is nothing to
+// watch: the client has sent more already.
+func (c *clientConn) watchClient(up *upstream) (stop func() bool) {
+	if c.br.Buffered() > 0 {
+		return nil
+	}
+	var stopping atomic.Bool
+	prevErr := c.cr.err
+	done := make(chan bool, 1)
+	t := time.AfterFunc(watchAfter, func() {
+		_, err := c.br.Peek(1)
+		gone := err != nil && !stopping.Load()
+		if gone {
+			up.conn.Close()
+		}
+		done <- gone
+	})
+	return func() bool {
+		if t.Stop() {
+			return false // the answer came before the watch began
+		}
+		stopping.Store(true)
+		_ = c.conn.SetReadDeadline(time.Unix(1, 0))
+		gone := <-done
+		_ = c.conn.SetReadDeadline(time.Time{})
+		if !gone && errors.Is(c.cr.err, os.ErrDeadlineExceeded) {
+			c.cr.err = prevErr // the watch's own deadline says nothing about the client
+		}
+		return gone
+	}
 }
 
 // closedEarly reports whether err means the site closed or reset the
@@ -456,6 +521,7 @@ type bodyResult struct {
 	n          int64 // body bytes sent
 	err        error
 	clientGone bool // it failed reading from the client
+	malformed  bool // the client's chunked framing was refused
 }
 
 // bodyWait is how long a complete response waits for the request body's
@@ -631,7 +697,10 @@ func (c *clientConn) copyResponse(up *upstream) (int64, bool, error) {
 	if err != nil {
 		return n, false, err
 	}
-	if !upKeep {
+	if !upKeep || up.br.Buffered() > 0 {
+		// Bytes behind a complete response answer no request: the site
+		// and the proxy disagree on where messages end, and reusing the
+		// connection would hand them to the next request as its answer.
 		c.dropUpstream()
 	}
 	return n, keep, nil

@@ -390,13 +390,33 @@ func copyChunked(dst *bufio.Writer, src *bufio.Reader, decode bool) (int64, erro
 		if total += len(line); total > maxHeadBytes {
 			return n, errHeadTooLarge
 		}
+		if len(line) == 2 && line[0] == '\r' || len(line) == 1 {
+			if !decode {
+				dst.WriteString("\r\n")
+			}
+			return n, dst.Flush()
+		}
+		// A trailer field is held to a header field's rules (parseLines):
+		// passed on verbatim, a bare CR or a folded line could end the
+		// section early for the other side and start a message there.
+		if !validTrailer(line) {
+			return n, errBadChunk
+		}
 		if !decode {
 			dst.Write(line)
 		}
-		if len(line) == 2 && line[0] == '\r' || len(line) == 1 {
-			return n, dst.Flush()
-		}
 	}
+}
+
+// validTrailer reports whether a trailer line (with its CRLF) is a
+// well-formed field line.
+func validTrailer(line []byte) bool {
+	l, ok := strings.CutSuffix(string(line), "\r\n")
+	if !ok || strings.IndexByte(l, '\r') >= 0 || l == "" || l[0] == ' ' || l[0] == '\t' {
+		return false
+	}
+	colon := strings.IndexByte(l, ':')
+	return colon > 0 && validToken(l[:colon]) && validValue(strings.Trim(l[colon+1:], " \t"))
 }
 
 // readChunkLine reads one CRLF-terminated line into buf, flushing dst if

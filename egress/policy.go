@@ -23,8 +23,12 @@ type Policy struct {
 var blocked = mustPrefixes(
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 	"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "64:ff9b:1::/48",
+	"::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8", "64:ff9b:1::/48",
 )
+
+// nat64 is the NAT64 well-known prefix (RFC 6052): an address in it is
+// the IPv4 address in its last 32 bits, reached through a translator.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 func mustPrefixes(ss ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(ss))
@@ -56,10 +60,21 @@ func (p Policy) CheckHost(host string) error {
 // unless the server's configuration allows them.
 func (p Policy) CheckAddr(host string, ip netip.Addr) error {
 	ip = ip.Unmap()
-	for _, pre := range p.AllowPrefixes {
-		if pre.Contains(ip) {
-			return nil
-		}
+	if ip.Zone() != "" {
+		// A zone names one of the host's interfaces ("::1%lo"), and a
+		// netip.Prefix never contains a zoned address: checked against
+		// the ranges below it would pass every one of them.
+		return faults.Newf(faults.CodeEgressPrivate, faults.PermissionDenied, faults.Policy,
+			"egress to %s (%s) is not allowed: sandboxes may not name a host interface", host, ip)
+	}
+	if nat64.Contains(ip) {
+		// Through a translator this is the IPv4 address in its last
+		// 32 bits, and is allowed or refused as that address.
+		b := ip.As16()
+		ip = netip.AddrFrom4([4]byte(b[12:]))
+	}
+	if p.allowed(ip) {
+		return nil
 	}
 	for _, pre := range blocked {
 		if pre.Contains(ip) {
@@ -68,6 +83,17 @@ func (p Policy) CheckAddr(host string, ip netip.Addr) error {
 		}
 	}
 	return nil
+}
+
+// allowed reports whether the server's configuration lets sandboxes reach ip.
+func (p Policy) allowed(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, pre := range p.AllowPrefixes {
+		if pre.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func normalizeHost(h string) string {
