@@ -25,7 +25,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	}
 	timeout := s.cfg.ExecTimeout
 	if req.TimeoutSeconds > 0 {
-		timeout = time.Duration(req.TimeoutSeconds) * time.Second
+		timeout = api.Seconds(req.TimeoutSeconds)
 	}
 	maxOut := s.cfg.MaxOutputBytes
 	if req.MaxOutputBytes > 0 {

@@ -247,7 +247,12 @@ func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int
 		if fi.IsDir() {
 			return 0, isDirectory(p)
 		}
-		if !explicit && fi.Mode().IsRegular() {
+		if !fi.Mode().IsRegular() {
+			// The rename below would replace the node itself: a FIFO,
+			// a socket or /dev/null would become a plain file.
+			return 0, faults.New(faults.CodeNotRegular, faults.InvalidRequest, faults.Client, "Not a regular file: "+p)
+		}
+		if !explicit {
 			mode, explicit = fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), true
 		}
 	}
@@ -294,7 +299,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	if p == "" {
 		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "path is required")
 	}
-	f, size, err := s.openForDownload(p)
+	f, _, err := s.openForDownload(p)
 	if err != nil {
 		return err
 	}
@@ -310,7 +315,13 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	bw.Write(name)
 	bw.WriteString(`,"content":"`)
 	enc := base64.NewEncoder(base64.StdEncoding, bw)
-	n, err := io.Copy(enc, io.LimitReader(f, size))
+	// Read to EOF, as Orchard's open().read() does, not to the stat size:
+	// procfs and other pseudo files report 0 (or a page) whatever they
+	// hold. A file that grows past the limit while it is read fails.
+	n, err := io.Copy(enc, io.LimitReader(f, maxDownload+1))
+	if err == nil && n > maxDownload {
+		err = fmt.Errorf("file grew past the download limit of %d bytes", maxDownload)
+	}
 	if err == nil {
 		err = enc.Close()
 	}
@@ -329,8 +340,8 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// openForDownload opens sandbox path p for reading and returns the number of
-// bytes to send.
+// openForDownload opens sandbox path p, a regular file, for reading and
+// returns its stat size (0 for most pseudo files, whatever they hold).
 func (s *Server) openForDownload(p string) (*os.File, int64, error) {
 	rel, err := s.resolve(p)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"time"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
@@ -36,7 +35,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) patch(r *http.Request, req api.AgentPatchRequest) (api.AgentPatchResult, error) {
 	timeout := DefaultPatchTimeout
 	if req.TimeoutSeconds > 0 {
-		timeout = time.Duration(req.TimeoutSeconds) * time.Second
+		timeout = api.Seconds(req.TimeoutSeconds)
 	}
 	dir := req.Dir
 	if dir == "" {

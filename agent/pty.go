@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/creack/pty"
 	"github.com/gorilla/websocket"
@@ -271,12 +272,34 @@ func openPTY(ws *pty.Winsize) (master, tty *os.File, err error) {
 		return nil, nil, fmt.Errorf("pty master non-blocking: %w", err)
 	}
 	master = os.NewFile(uintptr(fd), m.Name())
-	if err := pty.Setsize(master, ws); err != nil {
+	if err := setWinsize(master, ws); err != nil {
 		master.Close()
 		tty.Close()
 		return nil, nil, fmt.Errorf("set pty size: %w", err)
 	}
 	return master, tty, nil
+}
+
+// setWinsize is pty.Setsize done through SyscallConn. pty.Setsize uses
+// File.Fd, which holds no reference: a resize frame that arrives as the
+// session ends could read the master's number, lose it to Close, and ioctl
+// whatever descriptor (another session's terminal) reuses it. Control keeps
+// the descriptor open for the call, and fails once the master is closed.
+func setWinsize(f *os.File, ws *pty.Winsize) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(ws)))
+	}); err != nil {
+		return err
+	}
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // run starts the command and relays until it has exited and its output has
@@ -467,7 +490,7 @@ func (ps *ptySession) readClient(c *child, master *os.File, stdin *stdinQueue) {
 			}
 			ps.signal(c, sig)
 		case "resize":
-			_ = pty.Setsize(master, ptyWinsize(f.Rows, f.Cols)) // errors ignored, as in Orchard
+			_ = setWinsize(master, ptyWinsize(f.Rows, f.Cols)) // errors ignored, as in Orchard
 		case "close":
 			ps.signal(c, syscall.SIGTERM)
 			closed = true

@@ -32,8 +32,9 @@ type reaper struct {
 	log *slog.Logger
 
 	// mu guards waiting. It is held across a child's spawn and its
-	// registration, and the reap loop looks pids up under it, so a status can
-	// never be looked up before its child is registered.
+	// registration, and the reap loop holds it from its wait4 to the pid's
+	// lookup, so a status can never be looked up before its child is
+	// registered, nor a freed pid reused by a spawn in between.
 	mu      sync.Mutex
 	waiting map[int]*child
 
@@ -170,15 +171,20 @@ func (r *reaper) loop(sigs chan os.Signal) {
 // signal may stand for many exits: loop until wait4 reports none.
 func (r *reaper) reapAll() {
 	for {
+		// wait4 frees the pid: under mu, so that no spawn (which holds mu
+		// from fork to registration) can be given it and registered before
+		// the lookup below hands it this status.
 		var ws syscall.WaitStatus
+		r.mu.Lock()
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 		if err == syscall.EINTR {
+			r.mu.Unlock()
 			continue
 		}
 		if err != nil || pid <= 0 {
+			r.mu.Unlock()
 			return // ECHILD: no children at all; 0: none has exited
 		}
-		r.mu.Lock()
 		c, ok := r.waiting[pid]
 		delete(r.waiting, pid)
 		r.mu.Unlock()

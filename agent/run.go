@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
@@ -189,10 +190,29 @@ func (c *outputCap) take(p []byte) (keep []byte, crossed bool) {
 	if room := c.max - c.n; int64(len(p)) > room {
 		c.n = c.max
 		c.truncated = true
-		return p[:room], true
+		return p[:runeCut(p, int(room))], true
 	}
 	c.n += int64(len(p))
 	return p, false
+}
+
+// runeCut moves the cut at p[:cut] back to the start of a UTF-8 character
+// that the cut would split, so that the kept output does not end in a lone
+// lead byte that decodes as a U+FFFD the command never wrote. Bytes that do
+// not form a valid character are cut where they are.
+func runeCut(p []byte, cut int) int {
+	if cut >= len(p) || utf8.RuneStart(p[cut]) {
+		return cut
+	}
+	for i := cut - 1; i >= 0 && i > cut-utf8.UTFMax; i-- {
+		if utf8.RuneStart(p[i]) {
+			if r, size := utf8.DecodeRune(p[i:]); r != utf8.RuneError && i+size > cut {
+				return i
+			}
+			break
+		}
+	}
+	return cut
 }
 
 // truncationMarker is emitted once on a stream that hit its cap.

@@ -44,7 +44,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (api.
 	if req.Wait {
 		poll = defaultExecTimeout
 		if req.TimeoutSeconds != nil && *req.TimeoutSeconds > 0 {
-			poll = time.Duration(*req.TimeoutSeconds) * time.Second
+			poll = api.Seconds(*req.TimeoutSeconds)
 		}
 		poll += execWaitSlack
 	}

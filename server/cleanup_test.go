@@ -31,6 +31,14 @@ func TestCleanupRules(t *testing.T) {
 	want(t, call(t, srv, "GET", "/sandboxes/"+ttl+"/wait?timeout=60", nil), 200)
 	beating := createReady(t, srv, map[string]any{"memory": "128Mi"})
 	want(t, call(t, srv, "POST", "/sandboxes/"+beating+"/heartbeat", nil), 200)
+	// Timeouts past time.Duration's range (about 292 years) mean a long
+	// time, not a negative one that has already passed.
+	const huge = 10_000_000_000
+	long := createReady(t, srv, map[string]any{"memory": "128Mi", "ttl_seconds": huge, "timeout": huge})
+	r = call(t, srv, "POST", "/sandboxes/"+long+"/exec", map[string]any{"command": "echo hi", "wait": true, "timeout_seconds": huge})
+	if r.status != 200 || r.body["status"] != "succeeded" || r.body["stdout"] != "hi\n" {
+		t.Fatalf("exec with a huge timeout: %s", r.raw)
+	}
 
 	r = call(t, srv, "POST", "/sandboxes", map[string]any{"image": stuckRegistry(t) + "/stuck:1", "block_network": true, "timeout": 1})
 	want(t, r, 200)
@@ -39,7 +47,7 @@ func TestCleanupRules(t *testing.T) {
 	time.Sleep(2100 * time.Millisecond)
 	srv.Manager.Sweep(ctx)
 
-	for id, gone := range map[string]bool{short: false, ttl: true, beating: true, pending: true} {
+	for id, gone := range map[string]bool{short: false, long: false, ttl: true, beating: true, pending: true} {
 		r := call(t, srv, "GET", "/sandboxes/"+id, nil)
 		if gone && r.status != 404 {
 			t.Errorf("sandbox %s should have been cleaned up: %s", id, r.raw)

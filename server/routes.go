@@ -7,7 +7,6 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -349,7 +348,7 @@ func (s *Server) waitJob(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	j, err := s.mgr.WaitJob(c.Request.Context(), c.Param("job_id"), time.Duration(timeout)*time.Second)
+	j, err := s.mgr.WaitJob(c.Request.Context(), c.Param("job_id"), api.Seconds(timeout))
 	if err != nil {
 		return err
 	}

@@ -201,7 +201,9 @@ func createReady(t testing.TB, srv *testserver.Server, body map[string]any) stri
 		t.Fatalf("create status %v, want pending", r.body["status"])
 	}
 	id := r.body["sandbox_id"].(string)
-	w := call(t, srv, "GET", fmt.Sprintf("/sandboxes/%s/wait?timeout=%v", id, r.body["timeout"]), nil)
+	// The SDK sends the echoed timeout as an integer, never in exponent form.
+	timeout, _ := r.body["timeout"].(float64)
+	w := call(t, srv, "GET", fmt.Sprintf("/sandboxes/%s/wait?timeout=%d", id, int64(timeout)), nil)
 	want(t, w, 200)
 	if w.body["ready"] != true || w.body["status"] != "ready" {
 		t.Fatalf("wait: %s", w.raw)

@@ -88,7 +88,7 @@ is ready (a sandbox that fails to start is deleted).`,
 				fmt.Fprintln(cmd.OutOrStdout(), created.SandboxID)
 				return nil
 			}
-			sb, err := waitReady(ctx, c, created.SandboxID, time.Duration(created.Timeout)*time.Second)
+			sb, err := waitReady(ctx, c, created.SandboxID, api.Seconds(created.Timeout))
 			if err != nil {
 				return err
 			}

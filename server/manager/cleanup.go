@@ -78,13 +78,13 @@ func (m *Manager) Sweep(ctx context.Context) {
 		age := now.Sub(unixTime(r.CreatedAt))
 		ttl := m.cfg.SandboxTTL
 		if r.TTLSeconds > 0 {
-			ttl = time.Duration(r.TTLSeconds) * time.Second
+			ttl = api.Seconds(r.TTLSeconds)
 		}
 		var why string
 		switch {
 		case age > ttl:
 			why = "ttl expired"
-		case !r.Ready && age > time.Duration(r.CreationTimeout)*time.Second+m.cfg.PendingTimeoutBuffer:
+		case !r.Ready && age > api.Seconds(r.CreationTimeout)+m.cfg.PendingTimeoutBuffer:
 			why = "pending timeout"
 		case m.cfg.HeartbeatCleanupEnabled && r.Ready && r.LastHeartbeat != nil &&
 			now.Sub(unixTime(*r.LastHeartbeat)) > m.cfg.HeartbeatTimeout:
@@ -258,7 +258,7 @@ func (m *Manager) runnerGone(ctx context.Context, j api.Job, now time.Time) bool
 	e, ok := m.st.(store.Elector)
 	if j.Runner == "" || !ok {
 		return j.Status == api.JobRunning && j.StartedAt != nil &&
-			now.Sub(unixTime(*j.StartedAt)) > time.Duration(j.TimeoutSeconds)*time.Second+2*waitSlack+time.Minute
+			now.Sub(unixTime(*j.StartedAt)) > api.Seconds(j.TimeoutSeconds)+2*waitSlack+time.Minute
 	}
 	if j.Runner == m.cfg.ReplicaID {
 		return false

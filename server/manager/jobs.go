@@ -195,7 +195,7 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 	if !p.Wait {
 		return job, nil
 	}
-	t := time.NewTimer(time.Duration(p.TimeoutSeconds)*time.Second + waitSlack)
+	t := time.NewTimer(api.Seconds(p.TimeoutSeconds) + waitSlack)
 	defer t.Stop()
 	select {
 	case j := <-done:
@@ -475,7 +475,7 @@ func (m *Manager) oomKills(id string) (uint64, bool) {
 func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error) {
 	// The agent enforces the command timeout; this bound only catches an
 	// agent that stops answering.
-	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.TimeoutSeconds)*time.Second+waitSlack,
+	ctx, cancel := context.WithTimeoutCause(ctx, api.Seconds(req.TimeoutSeconds)+waitSlack,
 		faults.New(faults.CodeExecTimeout, faults.Timeout, faults.Sandbox, "Execution timed out after "+strconv.Itoa(req.TimeoutSeconds)+"s"))
 	defer cancel()
 	a := m.agent(rec.AgentAddr)

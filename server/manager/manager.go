@@ -279,7 +279,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
-	cctx, stop := context.WithTimeoutCause(pctx, time.Duration(p.Timeout)*time.Second,
+	cctx, stop := context.WithTimeoutCause(pctx, api.Seconds(p.Timeout),
 		faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox, "sandbox did not start within %ds", p.Timeout))
 	cancelAll := func(cause error) { cancel(cause); stop() }
 	m.mu.Lock()
@@ -476,7 +476,7 @@ func (m *Manager) Wait(ctx context.Context, id string, timeout int) (store.Sandb
 		return rec, err
 	}
 	defer cancel()
-	deadline := time.NewTimer(time.Duration(timeout) * time.Second)
+	deadline := time.NewTimer(api.Seconds(timeout))
 	defer deadline.Stop()
 	for {
 		rec, err = m.st.GetSandbox(ctx, id)
