@@ -54,17 +54,34 @@ func (s *Server) recovery() gin.HandlerFunc {
 	}
 }
 
+// unauthenticatedBody bounds what is read of a request that carries no
+// valid key: enough for any malformed-JSON answer, far from the limit a
+// key holder's upload may reach.
+const unauthenticatedBody = 64 << 10
+
 // readBody reads the bounded request body once. Malformed JSON is refused
-// with 422 here, before authentication, as FastAPI does.
-func (s *Server) readBody(limit int64, raw bool) gin.HandlerFunc {
+// with 422 here, before authentication, as FastAPI does. For a request
+// without a valid key on a guarded path only the first 64 KiB are read:
+// past that it is refused for its key, so a stranger cannot make the
+// server hold a quarter gigabyte per connection.
+func (s *Server) readBody(limit int64, raw, public bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.Request.Body == nil || c.Request.Method == http.MethodGet {
 			c.Next()
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+		stranger := !public && s.cfg.RequireAPIKey && !s.validKey(c.GetHeader("X-API-Key"))
+		max := limit
+		if stranger {
+			max = min(limit, unauthenticatedBody)
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, max))
 		if err != nil {
 			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) && stranger {
+				c.Next() // auth refuses it
+				return
+			}
 			if errors.As(err, &mbe) {
 				renderError(c, s.log, faults.Newf(faults.CodeTooLarge, faults.TooLarge, faults.Client,
 					"request body exceeds %d bytes", limit))

@@ -128,7 +128,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	})
 	s.routes = append(append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...), s.uiRoutes()...)
 	for _, r := range s.routes {
-		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody)}
+		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody, r.public)}
 		if !r.public {
 			chain = append(chain, s.auth(r.ws))
 		}

@@ -94,6 +94,11 @@ func TestPublicAuthAndErrors(t *testing.T) {
 		{"wrong key", "GET", "/resources", nil, []string{"nope"}, 403, "Invalid API key"},
 		{"auth before validation", "POST", "/sandboxes", map[string]any{"image": 5}, []string{""}, 401, nil},
 		{"malformed JSON before auth", "POST", "/sandboxes", "{not json", []string{""}, 422, nil},
+		// Only 64 KiB of a keyless body are read: past that it is refused
+		// for its key, not buffered up to the limit a key holder has.
+		{"large body without a key", "POST", "/sandboxes", "{" + strings.Repeat("x", 1<<20), []string{""}, 401, nil},
+		{"large body with a wrong key", "POST", "/sandboxes", "{" + strings.Repeat("x", 1<<20), []string{"nope"}, 403, nil},
+		{"large malformed body with the key", "POST", "/sandboxes", "{" + strings.Repeat("x", 1<<20), nil, 422, nil},
 		{"resources", "GET", "/resources", nil, nil, 200, nil},
 		{"unknown path", "GET", "/nope", nil, nil, 404, "Not Found"},
 		{"wrong method", "PUT", "/health", nil, nil, 405, "Method Not Allowed"},
