@@ -32,6 +32,16 @@ const (
 	clientIdleTimeout = 90 * time.Second
 	// maxErrorBody bounds how much of an error response is read.
 	maxErrorBody = 1 << 20
+	// maxAnswer bounds a JSON answer of the agent that is decoded whole
+	// (a listing, a patch's result): the agent lives in the sandbox, and
+	// nothing it sends may exhaust the server's memory.
+	maxAnswer = 64 << 20
+	// maxDownloadAnswer bounds a decoded download: the agent's 1 GiB
+	// file limit, base64-encoded, and its JSON around it.
+	maxDownloadAnswer = (1<<30+2)/3*4 + 64<<10
+	// maxEventLine bounds one line of an exec's event stream: the agent
+	// sends output in chunks of 32 KiB, base64-encoded.
+	maxEventLine = 1 << 20
 	// maxTrailer bounds what is read after an exec's exit event to reach
 	// the end of the response: nothing but the newline and the end of
 	// the chunked body is expected there.
@@ -197,7 +207,12 @@ func (c *Client) getJSON(ctx context.Context, op, method, path string, body, out
 		return err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	lr := &io.LimitedReader{R: resp.Body, N: maxAnswer + 1}
+	if err := json.NewDecoder(lr).Decode(out); err != nil {
+		if lr.N <= 0 {
+			return faults.Newf(faults.CodeTooLarge, faults.TooLarge, faults.Sandbox,
+				"the sandbox's answer to %s exceeds %d MiB", op, maxAnswer>>20)
+		}
 		return unreachable(ctx, op, fmt.Errorf("decode response: %w", err))
 	}
 	return nil
@@ -252,7 +267,7 @@ func (c *Client) Exec(ctx context.Context, req api.AgentExecRequest, onEvent fun
 // then the end of the response, reporting whether it got there (only then
 // may the connection carry another request).
 func readExecStream(ctx context.Context, body io.Reader, onEvent func(api.ExecEvent)) (api.ExecExit, bool, error) {
-	dec := json.NewDecoder(body)
+	dec := json.NewDecoder(&lineLimit{r: body, max: maxEventLine})
 	for {
 		var ev api.ExecEvent
 		if err := dec.Decode(&ev); err != nil {
@@ -282,9 +297,28 @@ func (c *Client) Upload(ctx context.Context, req api.UploadRequest) (api.UploadR
 
 // Download reads a file from the sandbox.
 func (c *Client) Download(ctx context.Context, path string) (api.FileContent, error) {
+	body, err := c.OpenDownload(ctx, path)
+	if err != nil {
+		return api.FileContent{}, err
+	}
+	defer body.Close()
 	var res api.FileContent
-	err := c.getJSON(ctx, "download", http.MethodGet, "/files/download?path="+url.QueryEscape(path), nil, &res)
-	return res, err
+	if err := json.NewDecoder(io.LimitReader(body, maxDownloadAnswer)).Decode(&res); err != nil {
+		return api.FileContent{}, unreachable(ctx, "download", fmt.Errorf("decode response: %w", err))
+	}
+	return res, nil
+}
+
+// OpenDownload asks for a file of the sandbox and returns the agent's
+// answer, a FileContent as JSON, as it streams: a server passes it on
+// without holding a file of up to a gigabyte, base64-encoded, in memory.
+// The caller closes it; a transfer the agent broke off ends in an error.
+func (c *Client) OpenDownload(ctx context.Context, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, "download", http.MethodGet, "/files/download?path="+url.QueryEscape(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
 }
 
 // List lists a directory of the sandbox; "" means the agent's default.
@@ -346,4 +380,28 @@ func DialRaw(ctx context.Context, addr string) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", strings.TrimPrefix(addr, "http://"))
 	}
 	return nil, fmt.Errorf("agent address %q: want unix:/path or http://host:port", addr)
+}
+
+// lineLimit fails a read once a line grows past max bytes: a JSON decoder
+// holds a whole value in memory, and a stream of lines is bounded by its
+// longest.
+type lineLimit struct {
+	r   io.Reader
+	max int
+	n   int // bytes since the last newline
+}
+
+var errLineTooLong = errors.New("line too long")
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	if l.n > l.max {
+		return 0, errLineTooLong
+	}
+	n, err := l.r.Read(p)
+	if i := bytes.LastIndexByte(p[:n], '\n'); i >= 0 {
+		l.n = n - i - 1
+	} else {
+		l.n += n
+	}
+	return n, err
 }

@@ -41,6 +41,9 @@ func (s *Server) recovery() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		defer func() {
 			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r) // a response broken off on purpose: net/http drops the connection
+				}
 				rid := c.GetString(requestIDKey)
 				_ = c.Error(faults.New(faults.CodeInternal, faults.Internal, faults.Platform, "panic in handler"))
 				s.log.Error("panic in handler", "request_id", rid, "path", c.FullPath(), "panic", r)

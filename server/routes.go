@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	goruntime "runtime"
@@ -402,11 +403,21 @@ func (s *Server) download(c *gin.Context) error {
 	if !ok {
 		return errValidation(missingField("query", "path", nil))
 	}
-	res, err := s.mgr.Download(c.Request.Context(), c.Param("id"), path)
+	body, err := s.mgr.Download(c.Request.Context(), c.Param("id"), path)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, res)
+	defer body.Close()
+	// The agent's answer is already the FileContent this path returns:
+	// passed on as it streams, a large file never sits in memory here.
+	c.Header("Content-Type", "application/json")
+	c.Status(http.StatusOK)
+	if _, err := io.Copy(c.Writer, body); err != nil {
+		// Too late for an error body: break the connection so that the
+		// client sees a failed transfer rather than a short file.
+		s.log.Warn("download aborted", "sandbox_id", c.Param("id"), "path", path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
 	return nil
 }
 

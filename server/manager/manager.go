@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -29,7 +30,7 @@ import (
 type Agent interface {
 	Exec(ctx context.Context, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error)
 	Upload(ctx context.Context, req api.UploadRequest) (api.UploadResult, error)
-	Download(ctx context.Context, path string) (api.FileContent, error)
+	OpenDownload(ctx context.Context, path string) (io.ReadCloser, error)
 	List(ctx context.Context, path string) (api.FileList, error)
 	Patch(ctx context.Context, req api.AgentPatchRequest) (api.AgentPatchResult, error)
 }
@@ -583,13 +584,13 @@ func (m *Manager) Upload(ctx context.Context, id string, req api.UploadRequest) 
 }
 
 // Download reads a file from the sandbox.
-func (m *Manager) Download(ctx context.Context, id, path string) (api.FileContent, error) {
+func (m *Manager) Download(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	a, err := m.readyAgent(ctx, id)
 	if err != nil {
-		return api.FileContent{}, err
+		return nil, err
 	}
-	res, err := a.Download(ctx, path)
-	return res, compatFileStatus(err)
+	body, err := a.OpenDownload(ctx, path)
+	return body, compatFileStatus(err)
 }
 
 // ListFiles lists a directory of the sandbox.
