@@ -338,11 +338,17 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	case ActWait:
 		if a.Until == "" {
 			d := min(time.Duration(a.MS)*time.Millisecond, maxWait)
+			timer := time.NewTimer(d)
+			defer timer.Stop()
 			select {
-			case <-time.After(d):
+			case <-timer.C:
 				return nil
 			case <-ctx.Done():
 				return faults.Of(context.Cause(ctx))
+			case <-s.done:
+				return errClosed()
+			case <-s.lostConnection():
+				return s.Err()
 			}
 		}
 	}

@@ -38,6 +38,13 @@ func send[P, R any](ctx context.Context, s *Session, t *tab, what string, cmd cd
 	return s.classify(cctx, t, what, err)
 }
 
+// openedDialog reports a call of an action that a dialog interrupted: the
+// action opened it (do refuses to start while one is open), so, as in
+// send, the action ends successfully and the observation shows the dialog.
+func openedDialog(ctx context.Context, t *tab, err error) bool {
+	return err != nil && ctx.Err() == nil && faults.Is(err, faults.CodeActionDialogOpen) && t.openDialog() != nil
+}
+
 // queued marshals a command's parameters for chromedp and then arms its
 // call's context.
 type queued struct {
@@ -172,6 +179,9 @@ func (s *Session) typeText(ctx context.Context, t *tab, a Action) error {
 	if r != nil || a.Clear {
 		var res libErr
 		if err := t.evalInto(ctx, libExpr(fmt.Sprintf("focus(%s,%t)", r.js(), a.Clear)), false, s.opts.CallTimeout, &res); err != nil {
+			if openedDialog(ctx, t, err) {
+				return nil
+			}
 			return s.classify(ctx, t, "type", err)
 		}
 		if res.Err != "" {
@@ -245,6 +255,18 @@ var namedKeys = sync.OnceValue(func() map[string]*kb.Key {
 	}
 	m["space"] = kb.Keys[' ']
 	m["plus"] = kb.Keys['+']
+	return m
+})
+
+// shiftedKeys maps a printable key's code ("KeyA", "Digit1") to the key
+// it makes with Shift held on a US layout ("A", "!").
+var shiftedKeys = sync.OnceValue(func() map[string]*kb.Key {
+	m := make(map[string]*kb.Key)
+	for _, k := range kb.Keys {
+		if k.Shift && k.Print && k.Code != "" {
+			m[k.Code] = k
+		}
+	}
 	return m
 })
 
@@ -330,12 +352,12 @@ func (s *Session) pressKeys(ctx context.Context, t *tab, keys string) error {
 			}
 		}
 		k := c.key
+		if sk, ok := shiftedKeys()[k.Code]; ok && k.Print && mods&int64(kb.ModifierShift) != 0 {
+			k = sk // Shift+a is "A", Shift+1 is "!", as a keyboard makes them
+		}
 		text := ""
 		if k.Print && mods&^int64(kb.ModifierShift) == 0 {
 			text = k.Text
-			if mods&int64(kb.ModifierShift) != 0 && len(text) == 1 {
-				text = strings.ToUpper(text)
-			}
 		}
 		var cmds []string
 		// Editing shortcuts need their command named on Linux headless too;
@@ -433,7 +455,9 @@ func (s *Session) drag(ctx context.Context, t *tab, fi frameInfo, a Action) erro
 		// the native drag and replays it as drag events).
 		_, err := chromedp.DragAndDropXY(pts[0][0], pts[0][1], pts[1][0], pts[1][1])(cctx, t.target)
 		if err != nil {
-			return s.classify(cctx, t, "drag", err)
+			if err := s.classify(cctx, t, "drag", err); !openedDialog(ctx, t, err) {
+				return err
+			}
 		}
 		return nil
 	}
@@ -474,6 +498,9 @@ func (s *Session) selectOption(ctx context.Context, t *tab, a Action) error {
 	v, _ := jsonString(a.Value)
 	var res libErr
 	if err := t.evalInto(ctx, libExpr("selectOption("+r.js()+","+v+")"), false, s.opts.CallTimeout, &res); err != nil {
+		if openedDialog(ctx, t, err) {
+			return nil
+		}
 		return s.classify(ctx, t, "select_option", err)
 	}
 	if res.Err != "" {
@@ -515,7 +542,9 @@ func (s *Session) uploadFile(ctx context.Context, t *tab, a Action) error {
 	if _, err := cdp.Call(cctx, t.target, dom.SetFileInputFiles, dom.SetFileInputFilesParams{
 		Files: []string{path}, ObjectID: obj.Result.ObjectID,
 	}); err != nil {
-		return s.classify(cctx, t, "upload_file", err)
+		if err := s.classify(cctx, t, "upload_file", err); !openedDialog(ctx, t, err) {
+			return err
+		}
 	}
 	return nil
 }

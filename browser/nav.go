@@ -234,7 +234,9 @@ func (s *Session) waitUntil(ctx context.Context, t *tab, a Action) error {
 	if ctx.Err() != nil {
 		return faults.Of(context.Cause(ctx))
 	}
-	return nil
+	// A wait that the session's end cut short did not see the page get
+	// anywhere.
+	return s.Err()
 }
 
 func (s *Session) switchTab(ctx context.Context, index int) error {

@@ -159,20 +159,45 @@
     return out.length ? ' ' + out.join(' ') : '';
   }
 
+  // frameOf is the frame element that shows window w in its parent, or
+  // null for the top window (or a frame the page cannot reach).
+  function frameOf(w) {
+    if (!w || w === window) return null;
+    try { return w.frameElement; } catch (e) { return null; }
+  }
+
+  // frameOrigin is where a frame element's document starts in the
+  // viewport of the frame element's own document: its content box, inside
+  // its border and its padding.
+  function frameOrigin(fe) {
+    var fr = fe.getBoundingClientRect(), cs = fe.ownerDocument.defaultView.getComputedStyle(fe);
+    return [fr.left + fe.clientLeft + (parseFloat(cs.paddingLeft) || 0),
+      fr.top + fe.clientTop + (parseFloat(cs.paddingTop) || 0)];
+  }
+
   // rectOf is el's box in the top window's viewport (iframes add offsets).
   function rectOf(el) {
     var r = el.getBoundingClientRect();
     var x = r.left, y = r.top;
-    var w = el.ownerDocument.defaultView;
-    while (w && w !== window) {
-      var fe;
-      try { fe = w.frameElement; } catch (e) { fe = null; }
-      if (!fe) break;
-      var fr = fe.getBoundingClientRect();
-      x += fr.left + fe.clientLeft; y += fr.top + fe.clientTop;
-      w = w.parent;
+    for (var fe = frameOf(el.ownerDocument.defaultView); fe; fe = frameOf(fe.ownerDocument.defaultView)) {
+      var o = frameOrigin(fe);
+      x += o[0]; y += o[1];
     }
     return { x: x, y: y, w: r.width, h: r.height };
+  }
+
+  // framesShow reports whether point (x, y) of doc's viewport shows in the
+  // top window: at each level up, the frame element is what its own
+  // document has at that point (no overlay of the parent page covers it).
+  function framesShow(doc, x, y) {
+    for (var fe = frameOf(doc.defaultView); fe; fe = frameOf(fe.ownerDocument.defaultView)) {
+      var o = frameOrigin(fe);
+      x += o[0]; y += o[1];
+      var root = fe.getRootNode && fe.getRootNode();
+      var d = root && root.elementFromPoint ? root : fe.ownerDocument;
+      if (d.elementFromPoint(x, y) !== fe) return false;
+    }
+    return true;
   }
 
   function shown(el) {
@@ -198,8 +223,9 @@
       var lx = lr.left + lr.width * pts[i][0], ly = lr.top + lr.height * pts[i][1];
       var hit = doc.elementFromPoint(lx, ly);
       if (!hit) continue;
-      if (hit === el || el.contains(hit) || hit.contains(el) && hit.getRootNode() !== el.getRootNode()) return true;
-      if (hit.tagName === 'LABEL' && el.labels && Array.prototype.indexOf.call(el.labels, hit) >= 0) return true;
+      var mine = hit === el || el.contains(hit) || hit.contains(el) && hit.getRootNode() !== el.getRootNode() ||
+        hit.tagName === 'LABEL' && el.labels && Array.prototype.indexOf.call(el.labels, hit) >= 0;
+      if (mine && framesShow(el.ownerDocument, lx, ly)) return true;
     }
     return false;
   }
@@ -338,13 +364,37 @@
     var el = f.el, r = rectOf(el);
     var vw = window.innerWidth, vh = window.innerHeight;
     if (r.w === 0 && r.h === 0 && el.getClientRects().length === 0) return { err: 'hidden' };
-    if (r.x < 0 || r.y < 0 || r.x + r.w > vw || r.y + r.h > vh) {
+    if (r.x < 0 || r.y < 0 || r.x + r.w > vw || r.y + r.h > vh || clipped(el)) {
       el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
       r = rectOf(el);
     }
     var p = target(el, r);
     var cx = Math.min(Math.max(p[0], 0), vw - 1), cy = Math.min(Math.max(p[1], 0), vh - 1);
     return { x: cx, y: cy, w: r.w, h: r.h, tag: el.tagName.toLowerCase() };
+  }
+
+  // flatParent is n's parent in the flat tree: a slotted node's slot, a
+  // shadow root's host.
+  function flatParent(n) {
+    if (n.assignedSlot) return n.assignedSlot;
+    var p = n.parentNode;
+    return p && p.nodeType === 11 ? p.host : p;
+  }
+
+  // clipped reports whether the centre of el's box is cut off by a
+  // scroll container (or the viewport of el's own frame) in its document,
+  // though it may be within the top viewport's box.
+  function clipped(el) {
+    var r = el.getBoundingClientRect(), win = el.ownerDocument.defaultView;
+    var cx = r.left + r.width / 2, cy = r.top + r.height / 2;
+    if (cx < 0 || cy < 0 || cx >= win.innerWidth || cy >= win.innerHeight) return true;
+    for (var a = flatParent(el); a && a.nodeType === 1; a = flatParent(a)) {
+      var cs = win.getComputedStyle(a);
+      if (cs.overflowX === 'visible' && cs.overflowY === 'visible') continue;
+      var ar = a.getBoundingClientRect();
+      if (cx < ar.left || cx >= ar.right || cy < ar.top || cy >= ar.bottom) return true;
+    }
+    return false;
   }
 
   // target is the point a click on el should go to, in the top viewport:

@@ -422,6 +422,15 @@ func (s *Session) isClosing() bool { return s.closing.Load() }
 
 func (s *Session) browser() *chromedp.Browser { return s.b }
 
+// lostConnection closes when the connection to the browser is gone (it
+// crashed, was killed or closed); nil before the browser started.
+func (s *Session) lostConnection() <-chan struct{} {
+	if b := s.browser(); b != nil {
+		return b.LostConnection
+	}
+	return nil
+}
+
 // Err reports why the session can no longer be used: browser.crashed
 // after the browser died, browser.closed after Close, nil while usable.
 func (s *Session) Err() error {
@@ -674,7 +683,10 @@ func (s *Session) toFront(ctx context.Context, t *tab) error {
 	if front == t || n <= 1 && front != nil {
 		return nil
 	}
-	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
+	// The browser brings a tab to the front even when its renderer crashed
+	// or a dialog blocks its page: the agent must be able to switch to it,
+	// then navigate to revive it or answer the dialog.
+	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout, errTabCrashed, errDialogOpen)
 	defer cancel()
 	if _, err := cdp.Call(cctx, t.target, page.BringToFront, cdp.Empty{}); err != nil {
 		return s.classify(cctx, t, "bring tab to front", err)

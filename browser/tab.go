@@ -369,11 +369,13 @@ func (t *tab) autoAccept(prompt bool, text string) {
 	}
 }
 
-// waitUntil blocks until cond (called with t.mu held) is true, d passes
-// or ctx ends. It reports whether cond became true.
+// waitUntil blocks until cond (called with t.mu held) is true, d passes,
+// ctx ends or the session does (closed, or the browser gone). It reports
+// whether cond became true.
 func (t *tab) waitUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	lost := t.s.lostConnection()
 	for {
 		t.mu.Lock()
 		ok := cond()
@@ -389,6 +391,10 @@ func (t *tab) waitUntil(ctx context.Context, d time.Duration, cond func() bool) 
 			defer t.mu.Unlock()
 			return cond()
 		case <-ctx.Done():
+			return false
+		case <-t.s.done:
+			return false
+		case <-lost:
 			return false
 		}
 	}
