@@ -25,18 +25,7 @@ func TestZonedAddressRefused(t *testing.T) {
 // End to end: a sandbox asking for "[::1%lo]:port" reaches the host's
 // IPv6 loopback through the dialer.
 func TestDialZonedLoopbackRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skip("no IPv6 loopback:", err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := hostService(t, "[::1]:0")
 	d := &Dialer{Timeout: 2 * time.Second}
 	if _, err := d.Dial(context.Background(), Policy{}, "::1", port); err == nil {
 		t.Fatal("plain ::1 allowed")
@@ -52,22 +41,7 @@ func TestDialZonedLoopbackRefused(t *testing.T) {
 // Through the whole path (proxy in the sandbox, tunnel, server's dialer):
 // CONNECT to the host's IPv6 loopback with a zone is refused like ::1.
 func TestConnectZonedLoopbackRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skip("no IPv6 loopback:", err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("host-only service\n"))
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := hostService(t, "[::1]:0")
 	r := newRig(t, nil, nil)
 	for _, target := range []string{fmt.Sprintf("[::1]:%d", port), fmt.Sprintf("[::1%%lo]:%d", port)} {
 		conn := dialProxy(t, r)
@@ -117,21 +91,7 @@ func TestNAT64AndSiteLocal(t *testing.T) {
 // lies outside the banned ranges (a public address, say): traffic to it
 // never leaves the host.
 func TestHostOwnAddressRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := hostService(t, ":0")
 	ifAddrs, err := net.InterfaceAddrs()
 	if err != nil {
 		t.Fatal(err)
@@ -167,4 +127,26 @@ func TestHostOwnAddressRefused(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+// hostService listens on addr, a service of the host that sandboxes must
+// not reach, and closes every connection it accepts; it returns its port.
+// A test of an address family the host lacks is skipped.
+func hostService(t *testing.T, addr string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
