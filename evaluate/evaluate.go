@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/tasks"
@@ -167,7 +169,7 @@ func answerMatch(ev tasks.Eval, answer string) (bool, map[string]any, error) {
 			hit = a == normalize(ref, ev.CaseSensitive)
 		case tasks.ModeContains:
 			r := normalize(ref, ev.CaseSensitive)
-			hit = r != "" && strings.Contains(a, r)
+			hit = r != "" && containsWhole(a, r)
 		case tasks.ModeRegex:
 			expr := ref
 			if !ev.CaseSensitive {
@@ -197,14 +199,58 @@ func answerMatch(ev tasks.Eval, answer string) (bool, map[string]any, error) {
 	return false, d, nil
 }
 
+// containsWhole reports whether r occurs in a without cutting a number: a
+// reference that starts or ends with a digit must not continue a number
+// of the answer, so "3 results" is not found in "13 results", nor "17" in
+// "170", "2017" or "17.5".
+func containsWhole(a, r string) bool {
+	for off := 0; ; {
+		i := strings.Index(a[off:], r)
+		if i < 0 {
+			return false
+		}
+		i += off
+		j := i + len(r)
+		if !(isDigit(r[0]) && numberBefore(a[:i])) && !(isDigit(r[len(r)-1]) && numberAfter(a[j:])) {
+			return true
+		}
+		off = i + 1
+	}
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// numberBefore reports whether s ends in a digit, or in a decimal point or
+// thousands separator after one.
+func numberBefore(s string) bool {
+	n := len(s)
+	return n > 0 && (isDigit(s[n-1]) || (n > 1 && (s[n-1] == '.' || s[n-1] == ',') && isDigit(s[n-2])))
+}
+
+// numberAfter reports whether s starts with a digit, or with a decimal
+// point or thousands separator before one.
+func numberAfter(s string) bool {
+	return len(s) > 0 && (isDigit(s[0]) || (len(s) > 1 && (s[0] == '.' || s[0] == ',') && isDigit(s[1])))
+}
+
 // number is a decimal with optional sign, thousands separators and
 // fraction.
 var number = regexp.MustCompile(`[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+`)
 
+// firstNumber reads the first number of s. U+2212 MINUS SIGN (how
+// Wikipedia and many pages print negatives) is a minus; a sign glued to a
+// letter or digit before it ("COVID-19", "B-12") is a hyphen, not a sign.
 func firstNumber(s string) (float64, bool) {
-	m := number.FindString(s)
-	if m == "" {
+	s = strings.ReplaceAll(s, "\u2212", "-")
+	loc := number.FindStringIndex(s)
+	if loc == nil {
 		return 0, false
+	}
+	m := s[loc[0]:loc[1]]
+	if (m[0] == '-' || m[0] == '+') && loc[0] > 0 {
+		if r, _ := utf8.DecodeLastRuneInString(s[:loc[0]]); unicode.IsLetter(r) || unicode.IsDigit(r) {
+			m = m[1:]
+		}
 	}
 	f, err := strconv.ParseFloat(strings.ReplaceAll(m, ",", ""), 64)
 	return f, err == nil
@@ -227,7 +273,24 @@ func urlMatch(ev tasks.Eval, got string) (bool, map[string]any, error) {
 	case tasks.ModeContains:
 		return strings.Contains(g, w), d, nil
 	}
-	return strings.HasPrefix(g, w), d, nil
+	return hasURLPrefix(g, w), d, nil
+}
+
+// hasURLPrefix reports whether the normalised URL g starts with w and
+// goes on, if at all, at a boundary: "https://a.com" is a prefix of
+// "https://a.com/x" and "https://a.com?q=1", not of "https://a.com.evil.net"
+// or "https://a.com:8443"; "https://a.com/item/12" is not a prefix of
+// "https://a.com/item/123". A w that ends in a delimiter ("/search?q=")
+// may go on with anything.
+func hasURLPrefix(g, w string) bool {
+	if !strings.HasPrefix(g, w) {
+		return false
+	}
+	rest := g[len(w):]
+	if rest == "" || w == "" || strings.ContainsRune("/?#&=", rune(w[len(w)-1])) {
+		return true
+	}
+	return strings.ContainsRune("/?#", rune(rest[0]))
 }
 
 // normalizeURL lowers the scheme and host and drops a trailing slash of
@@ -299,16 +362,23 @@ func domMatch(ctx context.Context, ev tasks.Eval, page Page) (bool, map[string]a
 	return out.Matched > 0, d, nil
 }
 
-// JSExpr is the expression a js eval runs: the task's script, with an
-// exception caught and reported as {error} rather than failing the call.
-// The script is the task author's code and is embedded as such.
+// JSExpr is the expression a js eval runs: the task's script, its value
+// awaited when it is a promise (a check that fetches the app's state), with
+// an exception or a rejection caught and reported as {error} rather than
+// failing the call. The script is the task author's code and is embedded
+// as such.
 func JSExpr(script string) string {
-	return "(() => {\n  try {\n    return {value: (\n" + script + "\n)};\n  } catch (e) {\n    return {error: String((e && e.message) || e)};\n  }\n})()"
+	return "(async () => {\n  try {\n    return {value: await (\n" + script + "\n)};\n  } catch (e) {\n    return {error: String((e && e.message) || e)};\n  }\n})()"
 }
 
 func jsCheck(ctx context.Context, ev tasks.Eval, page Page) (bool, map[string]any, error) {
 	raw, err := page.Eval(ctx, JSExpr(ev.Script))
 	if err != nil {
+		if faults.Is(err, faults.CodeActionInvalid) {
+			// The page refused the expression (a syntax error): the
+			// task's script is wrong, not the policy, which sent nothing.
+			return false, nil, taskInvalid("js script %q: %s", ev.Script, faults.Of(err).Message)
+		}
 		return false, nil, fmt.Errorf("evaluate js: %w", err)
 	}
 	var out struct {

@@ -101,6 +101,17 @@ Your response must strictly follow the following evaluation criteria!
 
 Explain your reasoning briefly, then end your response with a last line of exactly "Status: SUCCESS" or "Status: FAILURE".`
 
+// Ready reports, before an episode starts, why ev cannot be evaluated
+// here: a judge eval needs a judge with a URL and a model. Finding that
+// out at finish would cost the whole episode.
+func (e *Evaluator) Ready(ev tasks.Eval) error {
+	if c := e.Judge; ev.Type == tasks.EvalJudge && (c == nil || c.URL == "" || c.Model == "") {
+		return faults.New(faults.CodeJudgeFailed, faults.NotImplemented, faults.Platform,
+			"judge: the task's eval is judge, and this server has no judge configured (JUDGE_URL and JUDGE_MODEL)").WithRetryable(false)
+	}
+	return nil
+}
+
 // judge runs the two WebJudge calls: key points from the task, then a
 // verdict on the trajectory.
 func (c *JudgeConfig) judge(ctx context.Context, ev tasks.Eval, tr Trajectory) (*JudgeVerdict, error) {
@@ -387,19 +398,26 @@ func clean(in []string) []string {
 
 var verdictWord = regexp.MustCompile(`\b(NOT\s+SUCCESS(?:FUL)?|UNSUCCESSFUL|SUCCESS(?:FUL)?|FAILURE|FAILED|FAIL)\b`)
 
-// parseVerdict reads the verdict from a reply: the "Status:" line if there
-// is one, else the last verdict word of the reply.
+// statusLabel is the "Status:" label a verdict reply ends with, at the
+// start of a line, maybe in markdown emphasis.
+var statusLabel = regexp.MustCompile(`(?im)^[\s*_#>-]*status[\s*_]*:`)
+
+// parseVerdict reads the verdict from a reply: the first verdict word
+// after the last "Status:" label if there is one (a note after it does not
+// count), else the last verdict word of the reply.
 func parseVerdict(reply string) (string, bool) {
 	up := strings.ToUpper(reply)
-	scope := up
-	if i := strings.LastIndex(up, "STATUS"); i >= 0 {
-		scope = up[i:]
+	var w string
+	if locs := statusLabel.FindAllStringIndex(up, -1); len(locs) > 0 {
+		w = verdictWord.FindString(up[locs[len(locs)-1][1]:])
 	}
-	ms := verdictWord.FindAllString(scope, -1)
-	if len(ms) == 0 {
-		return "", false
+	if w == "" {
+		ms := verdictWord.FindAllString(up, -1)
+		if len(ms) == 0 {
+			return "", false
+		}
+		w = ms[len(ms)-1]
 	}
-	w := ms[len(ms)-1]
 	if strings.HasPrefix(w, "SUCCESS") {
 		return VerdictSuccess, true
 	}

@@ -96,6 +96,17 @@ func actionPoint(action json.RawMessage) (point, bool) {
 	if len(action) == 0 {
 		return point{}, false
 	}
+	if action[0] == '[' {
+		// Several actions sent in one step: the first that has a point.
+		var list []json.RawMessage
+		_ = json.Unmarshal(action, &list)
+		for _, a := range list {
+			if p, ok := actionPoint(a); ok {
+				return p, true
+			}
+		}
+		return point{}, false
+	}
 	var a struct {
 		X    *float64          `json:"x"`
 		Y    *float64          `json:"y"`

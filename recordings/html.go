@@ -149,6 +149,10 @@ func indentJSON(raw json.RawMessage) string {
 }
 
 func actionType(raw json.RawMessage) string {
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
+		raw = list[0]
+	}
 	var a struct {
 		Type string `json:"type"`
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -54,6 +55,10 @@ const (
 	defaultStepTimeout = 90 * time.Second
 	// defaultEpisodeTimeout bounds an episode that a trainer abandons.
 	defaultEpisodeTimeout = 30 * time.Minute
+	// episodeFinishGrace is how long past its deadline an episode's sandbox
+	// is kept (at most the episode's own length) for a finish to evaluate
+	// the final page; then the cleanup sweep removes it.
+	episodeFinishGrace = 5 * time.Minute
 	// execEvalTimeout bounds an exec eval's command: a check of files or
 	// settings, not a build.
 	execEvalTimeout = 60
@@ -336,6 +341,11 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	default:
 		return errValidation(validationItem{Type: "missing", Loc: []any{"body", "task_id"}, Msg: "task or task_id is required", Input: nil})
 	}
+	if task.Eval != nil {
+		if err := s.evaluator.Ready(*task.Eval); err != nil {
+			return err
+		}
+	}
 	ep := &episode{
 		episodeView: episodeView{ID: uuid.NewString()[:12], TaskID: task.ID, Status: "running", CreatedAt: time.Now().UTC()},
 		Task:        task, Observe: req.Observe, MaxSteps: req.MaxSteps, StepTimeout: time.Duration(req.StepTimeoutMS) * time.Millisecond,
@@ -370,6 +380,12 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	}
 	if err := episodeKind(&p, task); err != nil {
 		return err
+	}
+	// The sandbox lives no longer than the episode, and a grace for a late
+	// finish to evaluate in: one its trainer abandons is not kept until the
+	// server-wide TTL (hours).
+	if ttl := int(math.Ceil((total + min(total, episodeFinishGrace)).Seconds())); p.TTLSeconds <= 0 || p.TTLSeconds > ttl {
+		p.TTLSeconds = ttl
 	}
 	ep.Kind = p.Kind
 	if ep.Observe == nil {
@@ -546,6 +562,16 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 		action, _ = json.Marshal(acts)
 		_ = json.Unmarshal(action, &list)
 	}
+	// What the policy sent, as the recording and the judge keep it: the
+	// action object itself when it sent one (the replay marks its x, y),
+	// nothing for the reset, whose start-page load is ours, not the
+	// policy's (FORMAT.md: no action on step 0).
+	if len(list) == 1 {
+		action = list[0]
+	}
+	if reset {
+		action = nil
+	}
 	// answer ends the episode with the policy's final answer. The browser
 	// takes it as an action that does nothing; the desktop has no such
 	// action, so it is kept from the desktop, which gets the rest.
@@ -586,7 +612,19 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 	}
 	switch {
 	case err != nil:
-		i := faults.Of(err).Info()
+		// The agent call fails as a broken connection whenever its context
+		// ends; the context's cause says why, and it was not the agent.
+		f := faults.Of(err)
+		switch {
+		case ctx.Err() != nil:
+			// The caller went away (its client timed out) or the lock was
+			// lost: neither is the sandbox's fault.
+			f = faults.Of(context.Cause(ctx))
+		case sctx.Err() != nil:
+			// The step's own budget ran out: the step's timeout.
+			f = faults.Of(context.Cause(sctx))
+		}
+		i := f.Info()
 		info.Error = &i
 	case status != http.StatusOK:
 		i := envelopeError(status, raw).Info()
@@ -727,7 +765,10 @@ func (s *Server) stepEpisode(c *gin.Context) error {
 		observe = req.Observe
 	}
 	out := s.runStep(ctx, ep, map[string]any{"actions": actions, "observe": observe}, false)
-	if err := s.eps.save(ctx, lease, ep); err != nil {
+	// Saved even when the caller went away mid-step: the step ran (in part)
+	// and is recorded, so a retry must be the next step, not this one
+	// again. The lease still fences the write.
+	if err := s.eps.save(context.WithoutCancel(ctx), lease, ep); err != nil {
 		return err
 	}
 	c.JSON(http.StatusOK, out)

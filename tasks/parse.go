@@ -36,6 +36,9 @@ func Parse(r io.Reader, name string) ([]Task, error) {
 	if len(data) > maxFile {
 		return nil, invalid("%s: larger than %d bytes", name, maxFile)
 	}
+	// A UTF-8 byte order mark (Windows editors, utf-8-sig writers) is no
+	// part of the content.
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	var ts []Task
 	switch ext := strings.ToLower(filepath.Ext(name)); {
 	case ext == ".yaml" || ext == ".yml":

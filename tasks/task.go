@@ -87,13 +87,17 @@ const (
 //     number of each, within the absolute Tolerance). Whitespace is always
 //     normalised; case too unless CaseSensitive.
 //   - url_match: the final page URL against URL with Mode exact, prefix
-//     (default), contains or regex; scheme and host case and a trailing
-//     slash are normalised.
+//     (default; the prefix ends at a boundary: the host does not run on
+//     into another host or port, a path segment not into a longer one),
+//     contains or regex; scheme and host case and a trailing slash are
+//     normalised.
 //   - dom_match: elements of the final page matching Selector whose text
 //     contains Text (whitespace-normalised; case too unless
 //     CaseSensitive); there must be exactly Count of them, or at least one
 //     when Count is nil.
-//   - js: Script, an expression evaluated in the final page, must be true.
+//   - js: Script, an expression evaluated in the final page, must be true
+//     (a promise is awaited). A script the page cannot compile is
+//     task.invalid.
 //   - judge: an LLM judge reads the trajectory; Criteria adds instructions.
 //   - exec: Command runs in the episode's sandbox when the episode
 //     finishes (in a desktop sandbox with DISPLAY set); it must exit 0
