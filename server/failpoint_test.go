@@ -68,3 +68,35 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The ends of a create and of a job are written whatever the store does
+// meanwhile: nothing else ever moves a record out of pending, nor ends a
+// job whose runner lives. A store that fails those writes twice is
+// retried; a job whose exec lease was lost (the store stalled past it) is
+// still ended by its runner; and the exec answers what the command did.
+func TestStoreBlipsAtTheEnds(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	unavailable := faults.New(faults.CodeStoreUnavailable, faults.Unavailable, faults.Platform, "store unavailable (failpoint)")
+
+	t.Cleanup(failpoint.Enable("manager.create.outcome", failpoint.Return(unavailable).Times(2)))
+	id := createReady(t, srv, nil)
+
+	for _, tc := range []struct {
+		name string
+		err  *faults.Error
+		n    int
+	}{
+		{"store unavailable", unavailable, 2},
+		{"exec lease lost", faults.New(faults.CodeLockLost, faults.Conflict, faults.Platform, "lease lost (failpoint)"), 1},
+	} {
+		t.Cleanup(failpoint.Enable("manager.job.final", failpoint.Return(tc.err).Times(tc.n)))
+		r := call(t, srv, "POST", "/sandboxes/"+id+"/exec", map[string]any{"command": "echo " + tc.name, "wait": true})
+		if r.status != 200 || r.body["status"] != "succeeded" || r.body["stdout"] != tc.name+"\n" {
+			t.Fatalf("%s: exec answered %s", tc.name, r.raw)
+		}
+		j := call(t, srv, "GET", "/jobs/"+r.body["job_id"].(string), nil)
+		if j.body["status"] != "succeeded" || j.body["exit_code"] != float64(0) {
+			t.Fatalf("%s: stored job %s", tc.name, j.raw)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchard/orchard/faults"
 )
@@ -55,11 +56,13 @@ type imageInfo struct {
 
 // imageStore resolves references and keeps the unpacked layer cache:
 // layers/<diffid hex>/fs holds a layer's files, layers/<hex>/.complete
-// marks it usable; refs/<sha256 of reference>.json caches resolutions.
+// marks it usable; refs/<sha256 of reference>.json caches resolutions;
+// locks/<diffid hex> is flocked while that layer is unpacked.
 type imageStore struct {
-	layers string
-	refs   string
-	log    *slog.Logger
+	layers  string
+	refs    string
+	lockDir string // one lock file per layer, flocked while it is unpacked
+	log     *slog.Logger
 
 	mu       sync.Mutex // guards resolved and locks
 	resolved map[string]imageInfo
@@ -70,21 +73,47 @@ func newImageStore(dir string, log *slog.Logger) (*imageStore, error) {
 	s := &imageStore{
 		layers:   filepath.Join(dir, "layers"),
 		refs:     filepath.Join(dir, "refs"),
+		lockDir:  filepath.Join(dir, "locks"),
 		log:      log,
 		resolved: map[string]imageInfo{},
 		locks:    map[string]*sync.Mutex{},
 	}
-	for _, d := range []string{s.layers, s.refs} {
+	for _, d := range []string{s.layers, s.refs, s.lockDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	// Unpacks interrupted by a crash.
+	// Unpacks interrupted by a crash, but not those another server on this
+	// state directory is making now: their layer's lock is held.
 	stale, _ := filepath.Glob(filepath.Join(s.layers, "tmp-*"))
 	for _, d := range stale {
-		_ = os.RemoveAll(d)
+		hex, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), "tmp-"), "-")
+		if !ok || len(hex) != 64 {
+			_ = os.RemoveAll(d) // an earlier version's
+			continue
+		}
+		if f, err := s.layerFileLock(hex, unix.LOCK_EX|unix.LOCK_NB); err == nil {
+			_ = os.RemoveAll(d)
+			f.Close()
+		}
 	}
 	return s, nil
+}
+
+// layerFileLock flocks the lock file of layer hex (how: LOCK_EX, maybe
+// LOCK_NB): other server processes on the same state directory share the
+// cache, and the in-process mutexes do not reach them. Closing the file
+// releases the lock.
+func (s *imageStore) layerFileLock(hex string, how int) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(s.lockDir, hex), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(f, how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // lock returns the mutex for key, creating it. Mutexes are few (one per
@@ -242,6 +271,12 @@ func (s *imageStore) unpackLayer(ctx context.Context, ref string, layer v1.Layer
 	mu := s.lock("layer:" + diffID)
 	mu.Lock()
 	defer mu.Unlock()
+	hex := strings.TrimPrefix(diffID, "sha256:")
+	lf, err := s.layerFileLock(hex, unix.LOCK_EX)
+	if err != nil {
+		return unpackFailed(ref, err)
+	}
+	defer lf.Close()
 	dir := s.layerDir(diffID)
 	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil {
 		return nil
@@ -250,7 +285,7 @@ func (s *imageStore) unpackLayer(ctx context.Context, ref string, layer v1.Layer
 		return unpackFailed(ref, err)
 	}
 	start := time.Now()
-	tmp, err := os.MkdirTemp(s.layers, "tmp-")
+	tmp, err := os.MkdirTemp(s.layers, "tmp-"+hex+"-")
 	if err != nil {
 		return unpackFailed(ref, err)
 	}

@@ -274,10 +274,13 @@ type sandbox struct {
 	// op serialises Create, Delete and re-attachment of this sandbox.
 	op sync.Mutex
 
-	mu        sync.Mutex // guards the fields below
-	meta      meta
-	creating  bool
-	attached  bool // container loaded (or created) and watcher started
+	mu       sync.Mutex // guards the fields below
+	meta     meta
+	creating bool
+	attached bool // container loaded (or created) and watcher started
+	// adopted: attached from the state directory rather than created by
+	// this Local; another runtime on the directory may create or delete it.
+	adopted   bool
 	gone      bool // deleted; a new sandbox with this id needs a new entry
 	container *libcontainer.Container
 	watch     *watcher
@@ -626,13 +629,52 @@ func (l *Local) lookup(id string) (*sandbox, error) {
 
 	s.mu.Lock()
 	need := !s.attached && !s.creating && !s.gone
+	stale := s.staleLocked()
 	s.mu.Unlock()
-	if need {
+	if need || stale {
 		s.op.Lock()
+		s.mu.Lock()
+		if s.staleLocked() {
+			// Adopted and dead or incomplete: maybe only as seen while
+			// another runtime on this state directory was still creating
+			// it, or before it deleted and created it again. Look again.
+			if s.watch != nil {
+				s.watch.stop()
+			}
+			s.closeOOMFile()
+			s.attached, s.container, s.watch, s.broken = false, nil, nil, ""
+		}
+		s.mu.Unlock()
 		l.attach(s)
 		s.op.Unlock()
+		if !l.recorded(id) {
+			s.mu.Lock()
+			gone := s.adopted && s.broken != ""
+			s.mu.Unlock()
+			if gone { // deleted by another runtime meanwhile
+				l.forget(s)
+				return nil, nil
+			}
+		}
 	}
 	return s, nil
+}
+
+// staleLocked reports whether s is an adopted sandbox seen dead or
+// incomplete, whose state must be read again. The caller holds s.mu.
+func (s *sandbox) staleLocked() bool {
+	if !s.attached || !s.adopted || s.gone || s.creating {
+		return false
+	}
+	if s.broken != "" {
+		return true
+	}
+	if s.watch != nil {
+		if _, exited := s.watch.exited(); exited {
+			return true
+		}
+	}
+	return false
 }
 
 // attach loads a sandbox left by an earlier process (or this process's
@@ -669,7 +711,7 @@ func (l *Local) attach(s *sandbox) {
 		}
 	}
 	s.mu.Lock()
-	s.meta, s.container, s.watch, s.broken, s.attached = m, c, w, broken, true
+	s.meta, s.container, s.watch, s.broken, s.attached, s.adopted = m, c, w, broken, true, true
 	s.mu.Unlock()
 	if broken != "" {
 		l.log.Warn("sandbox left in a broken state", "sandbox_id", s.id, "reason", broken)

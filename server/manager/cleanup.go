@@ -209,8 +209,8 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	// Out of time: cut short what is still running, then give it a moment
 	// to record its final state.
 	m.mu.Lock()
-	for _, cancel := range m.creating {
-		cancel(errShutdown)
+	for _, c := range m.creating {
+		c.cancel(errShutdown)
 	}
 	for _, js := range m.jobs {
 		for _, cancel := range js {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/store"
@@ -133,9 +134,13 @@ type Manager struct {
 	log     *slog.Logger
 	creates chan struct{} // semaphore bounding concurrent runtime creates
 
-	mu       sync.Mutex // guards locks, creating, jobs
+	mu       sync.Mutex // guards locks, creating, deleting, jobs
 	locks    map[string]*sandboxLock
-	creating map[string]context.CancelCauseFunc
+	creating map[string]*creation
+	// deleting holds, per id, the end of the latest runtime delete of
+	// that id (closed when it is done): a create that reuses the id waits
+	// for it, or the runtime still has the old sandbox.
+	deleting map[string]chan struct{}
 	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
@@ -159,7 +164,8 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) 
 		cfg: cfg, rt: rt, st: st, dial: dial, log: log,
 		creates:  make(chan struct{}, cfg.MaxConcurrentCreates),
 		locks:    map[string]*sandboxLock{},
-		creating: map[string]context.CancelCauseFunc{},
+		creating: map[string]*creation{},
+		deleting: map[string]chan struct{}{},
 		jobs:     map[string]map[string]context.CancelCauseFunc{},
 		stopping: make(chan struct{}),
 		now:      time.Now,
@@ -283,33 +289,39 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	cctx, stop := context.WithTimeoutCause(pctx, api.Seconds(p.Timeout),
 		faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox, "sandbox did not start within %ds", p.Timeout))
 	cancelAll := func(cause error) { cancel(cause); stop() }
+	c := &creation{cancel: cancelAll}
 	m.mu.Lock()
-	m.creating[rec.ID] = cancelAll
+	m.creating[rec.ID] = c
 	m.mu.Unlock()
 	m.bg.Add(1)
-	go m.start(cctx, cancelAll, spec)
+	go m.start(cctx, c, spec)
 	return rec, nil
 }
 
+// creation is a create in progress.
+type creation struct{ cancel context.CancelCauseFunc }
+
 // start runs the runtime create and records its outcome.
-func (m *Manager) start(ctx context.Context, cancel context.CancelCauseFunc, spec runtime.Spec) {
+func (m *Manager) start(ctx context.Context, c *creation, spec runtime.Spec) {
 	defer m.bg.Done()
-	defer cancel(nil)
+	defer c.cancel(nil)
 	defer func() {
 		m.mu.Lock()
-		delete(m.creating, spec.ID)
+		if m.creating[spec.ID] == c { // not a later create of the same id
+			delete(m.creating, spec.ID)
+		}
 		m.mu.Unlock()
 	}()
 	log := m.log.With("sandbox_id", spec.ID)
 	inst, err := m.createWithRetry(ctx, spec)
 	if err == nil {
 		m.attachEgress(spec, inst.AgentAddr)
-		_, err = m.st.UpdateSandbox(context.Background(), spec.ID, func(r *store.Sandbox) error {
+		_, err = m.recordOutcome(spec.ID, func(r *store.Sandbox) error {
 			r.Ready, r.Status, r.StatusMessage, r.AgentAddr = true, api.StatusReady, "", inst.AgentAddr
 			return nil
 		})
-		if err != nil { // deleted while starting: nothing may be left behind
-			log.Info("sandbox deleted while starting; removing it")
+		if err != nil { // deleted while starting (or the store is gone): nothing may be left behind
+			log.Info("sandbox deleted while starting; removing it", "err", err)
 			m.detachEgress(spec.ID)
 			if derr := m.rt.Delete(context.Background(), spec.ID); derr != nil {
 				log.Error("remove sandbox", "err", derr)
@@ -321,7 +333,7 @@ func (m *Manager) start(ctx context.Context, cancel context.CancelCauseFunc, spe
 		}
 		f := faults.Of(err)
 		log.Warn("sandbox failed to start", "err", err, "code", f.Code, "category", f.Category)
-		_, _ = m.st.UpdateSandbox(context.Background(), spec.ID, func(r *store.Sandbox) error {
+		_, _ = m.recordOutcome(spec.ID, func(r *store.Sandbox) error {
 			r.Status, r.StatusMessage = api.StatusFailed, f.Message
 			fi := toFaultInfo(f)
 			r.Fault = &fi
@@ -331,12 +343,32 @@ func (m *Manager) start(ctx context.Context, cancel context.CancelCauseFunc, spe
 	_ = m.st.Publish(context.Background(), store.SandboxTopic(spec.ID))
 }
 
+// afterDelete waits for the runtime delete of an earlier sandbox with the
+// same id, if one is still running.
+func (m *Manager) afterDelete(ctx context.Context, id string) error {
+	m.mu.Lock()
+	done := m.deleting[id]
+	m.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // createRetry retries a create the runtime refused for capacity (a full
 // machine frees up as other sandboxes end) inside the create's deadline.
 var createRetry = retry.Policy{Attempts: 5, Initial: 500 * time.Millisecond, Max: 5 * time.Second,
 	Retryable: func(err error) bool { return faults.Of(err).Category == faults.Capacity }}
 
 func (m *Manager) createWithRetry(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
+	if err := m.afterDelete(ctx, spec.ID); err != nil {
+		return runtime.Instance{}, err
+	}
 	p := createRetry
 	p.OnRetry = func(attempt int, err error) {
 		m.log.Info("create refused for capacity; retrying", "sandbox_id", spec.ID, "attempt", attempt, "err", err)
@@ -512,17 +544,23 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	_ = m.st.Publish(ctx, store.SandboxTopic(id))
 	m.mu.Lock()
-	if cancel, ok := m.creating[id]; ok {
-		cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox deleted while starting"))
+	if c, ok := m.creating[id]; ok {
+		c.cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox deleted while starting"))
 	}
 	for _, cancel := range m.jobs[id] {
 		cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox was deleted"))
 	}
+	prev, done := m.deleting[id], make(chan struct{})
+	m.deleting[id] = done
 	m.mu.Unlock()
 	m.detachEgress(id)
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
+		defer close(done)
+		if prev != nil { // deletes of one id end in order
+			<-prev
+		}
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := m.rt.Delete(dctx, id); err != nil {
@@ -530,6 +568,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		}
 		m.mu.Lock()
 		delete(m.locks, id)
+		if m.deleting[id] == done {
+			delete(m.deleting, id)
+		}
 		m.mu.Unlock()
 	}()
 	return nil
@@ -661,4 +702,32 @@ func (m *Manager) ApplyPatch(ctx context.Context, id, patch string, timeout int)
 // jitter returns d scaled by a random factor in [1, 1.3).
 func jitter(d time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)*3/10+1))
+}
+
+// outcomeWriteWindow bounds how long the outcome of a create is retried
+// while the store is unavailable: nothing else ever moves a record out of
+// pending, so a lost write leaves it pending until the pending timeout.
+const outcomeWriteWindow = 30 * time.Second
+
+// recordOutcome applies a create's outcome to the sandbox's record,
+// retrying a store outage; not_found means the sandbox was deleted.
+func (m *Manager) recordOutcome(id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
+	deadline := time.Now().Add(outcomeWriteWindow)
+	backoff := 50 * time.Millisecond
+	for {
+		var rec store.Sandbox
+		err := failpoint.Eval("manager.create.outcome")
+		if err == nil {
+			rec, err = m.st.UpdateSandbox(context.Background(), id, fn)
+		}
+		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) || time.Now().After(deadline) {
+			return rec, err
+		}
+		select {
+		case <-time.After(jitter(backoff)):
+		case <-m.stopping:
+			return rec, err
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
 }

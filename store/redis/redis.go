@@ -410,7 +410,7 @@ func listAll[T any](ctx context.Context, s *Store, index string, key func(string
 	}
 	sort.Strings(ids)
 	out := make([]T, 0, len(ids))
-	var stale []any
+	var stale, staleKeys []string
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), mgetBatch)]
 		ids = ids[len(batch):]
@@ -425,7 +425,7 @@ func listAll[T any](ctx context.Context, s *Store, index string, key func(string
 		for i, v := range vals {
 			str, ok := v.(string)
 			if !ok {
-				stale = append(stale, batch[i])
+				stale, staleKeys = append(stale, batch[i]), append(staleKeys, keys[i])
 				continue
 			}
 			rec, err := decode([]byte(str))
@@ -437,11 +437,26 @@ func listAll[T any](ctx context.Context, s *Store, index string, key func(string
 	}
 	if len(stale) > 0 {
 		// Best effort: a member pruned twice is harmless, one left is pruned
-		// next time.
-		_ = s.rdb.SRem(ctx, index, stale...).Err()
+		// next time. Only members whose record is still missing: one
+		// deleted and created again since the MGET must stay indexed.
+		args := make([]any, len(stale))
+		for i, id := range stale {
+			args[i] = id
+		}
+		_ = pruneScript.Run(ctx, s.rdb, append([]string{index}, staleKeys...), args...).Err()
 	}
 	return out, nil
 }
+
+// pruneScript removes ARGV[i] from the set KEYS[1] if its record KEYS[i+1]
+// does not exist.
+var pruneScript = goredis.NewScript(`
+for i, id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+return 0`)
 
 // jobExpiry is the TTL a job is stored with: none while it may still run,
 // so a long command's job cannot vanish under it.
