@@ -610,6 +610,25 @@ type Observe struct {
 	Height     int    `json:"height,omitempty"`
 }
 
+// shotOptions is the screenshot the observation asks for; ok is false
+// for none.
+func (o *Observe) shotOptions() (opts ShotOptions, ok bool) {
+	if o == nil || o.Screenshot == "" || o.Screenshot == "none" {
+		return ShotOptions{}, false
+	}
+	return ShotOptions{Format: o.Screenshot, Quality: o.Quality, Width: o.Width, Height: o.Height}, true
+}
+
+// validate checks the observation's screenshot options.
+func (o *Observe) validate() error {
+	if opts, ok := o.shotOptions(); ok {
+		if _, err := opts.normalize(); err != nil {
+			return invalid("observe: %v", err)
+		}
+	}
+	return nil
+}
+
 // Request is the body of the desktop actions endpoint: actions to run in
 // order and an optional observation after them. Frame and Strict apply to
 // every action that names no frame of its own.
@@ -658,6 +677,9 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		return invalid("request: %v", err)
 	}
 	r.Observe, r.Frame, r.Strict = probe.Observe, probe.Frame, probe.Strict
+	if err := r.Observe.validate(); err != nil {
+		return err
+	}
 	act := bytes.TrimSpace(probe.Action)
 	switch {
 	case probe.Actions != nil:
@@ -726,6 +748,12 @@ type Response struct {
 // Run runs req's actions (see Do) and then, when asked, observes.
 func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
+	// A malformed observation refuses the request before any action runs,
+	// as a malformed action does: its error answers the whole request, and
+	// the caller must be able to take it that nothing happened.
+	if err := req.Observe.validate(); err != nil {
+		return Response{Timing: Timing{TotalMS: msSince(start)}}, err
+	}
 	actions := make([]Action, len(req.Actions))
 	for i, a := range req.Actions {
 		if a.Frame == nil {
@@ -740,9 +768,8 @@ func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 	}
 	if err == nil && req.Observe != nil {
 		var obs Observation
-		if f := req.Observe.Screenshot; f != "" && f != "none" {
-			shot, oerr := s.Screenshot(ctx, ShotOptions{Format: f, Quality: req.Observe.Quality,
-				Width: req.Observe.Width, Height: req.Observe.Height})
+		if opts, ok := req.Observe.shotOptions(); ok {
+			shot, oerr := s.Screenshot(ctx, opts)
 			if oerr != nil {
 				resp.Timing.TotalMS = msSince(start)
 				return resp, oerr

@@ -91,14 +91,7 @@ type Frame struct {
 // it, clamped to the screen. Each axis scales by its own ratio, so the
 // rounding of the screenshot's size does not skew the far edge.
 func (f Frame) ToScreen(x, y float64) image.Point {
-	sx, sy := 1.0, 1.0
-	if f.Width > 0 && f.ScreenWidth > 0 {
-		sx = float64(f.ScreenWidth) / float64(f.Width)
-	}
-	if f.Height > 0 && f.ScreenHeight > 0 {
-		sy = float64(f.ScreenHeight) / float64(f.Height)
-	}
-	p := image.Pt(int(math.Floor(x*sx)), int(math.Floor(y*sy)))
+	p := image.Pt(toScreen(x, f.Width, f.ScreenWidth), toScreen(y, f.Height, f.ScreenHeight))
 	if f.ScreenWidth > 0 {
 		p.X = min(max(p.X, 0), f.ScreenWidth-1)
 	}
@@ -106,6 +99,17 @@ func (f Frame) ToScreen(x, y float64) image.Point {
 		p.Y = min(max(p.Y, 0), f.ScreenHeight-1)
 	}
 	return p
+}
+
+// toScreen maps v on a frame side of n pixels to the screen pixel under it
+// on a screen side of sn. The product is taken before the quotient, and a
+// value a rounding error short of a pixel's edge counts as on it, so that
+// FromScreen's answer maps back to the pixel it came from.
+func toScreen(v float64, n, sn int) int {
+	if n > 0 && sn > 0 {
+		v = v * float64(sn) / float64(n)
+	}
+	return int(math.Floor(v + 1e-7))
 }
 
 // FromScreen maps a screen pixel to the frame's pixels.
@@ -233,6 +237,14 @@ func fitSize(w, h, maxW, maxH int) (int, int, float64) {
 		return w, h, 1
 	}
 	sw, sh := max(1, int(math.Round(float64(w)*scale))), max(1, int(math.Round(float64(h)*scale)))
+	switch {
+	case sw == w && sh == h:
+		return w, h, 1
+	case sw == w:
+		// A side far shorter than the other can round back to its full
+		// size; the image is still scaled, along the other side.
+		return sw, sh, float64(sh) / float64(h)
+	}
 	return sw, sh, float64(sw) / float64(w)
 }
 

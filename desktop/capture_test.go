@@ -134,6 +134,24 @@ func TestFrameMapping(t *testing.T) {
 	}
 }
 
+// A screen pixel mapped into a frame (the cursor_position answer) maps
+// back to itself (the mouse_move of that answer), whatever the scale.
+func TestFrameRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []image.Point{{1920, 1080}, {1280, 800}, {1024, 768}, {1001, 751}} {
+		for mw := 64; mw < sc.X; mw += 7 {
+			w, h, _ := fitSize(sc.X, sc.Y, mw, 0)
+			f := Frame{Width: w, Height: h, ScreenWidth: sc.X, ScreenHeight: sc.Y}
+			for i := range max(sc.X, sc.Y) {
+				p := image.Pt(i%sc.X, i%sc.Y)
+				if x, y := f.FromScreen(p); f.ToScreen(x, y) != p {
+					t.Fatalf("screen %v, frame %dx%d: %v -> (%v, %v) -> %v", sc, w, h, p, x, y, f.ToScreen(x, y))
+				}
+			}
+		}
+	}
+}
+
 func TestToRGBA(t *testing.T) {
 	t.Parallel()
 	src := []byte{0x10, 0x20, 0x30, 0x00, 0xff, 0x00, 0x80, 0x7f}
@@ -157,5 +175,25 @@ func TestToRGBA(t *testing.T) {
 		if out[i*4] != byte(i>>8) || out[i*4+2] != byte(i) || out[i*4+3] != 0xff {
 			t.Fatalf("pixel %d: %x", i, out[i*4:i*4+4])
 		}
+	}
+}
+
+// A screenshot fits the size asked for also when one side of the scaled
+// image rounds back to the screen's: a tall, narrow screen bounded to one
+// pixel less than its height.
+func TestScreenshotFitsTightBound(t *testing.T) {
+	t.Parallel()
+	s := startSession(t, Options{Width: 100, Height: 300, WindowManager: "none"})
+	shot, err := s.Screenshot(ctxT(t), ShotOptions{Height: 299})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dy() > 299 || shot.Height > 299 || b.Dx() != shot.Width || b.Dy() != shot.Height || shot.Scale >= 1 {
+		t.Errorf("screenshot of a 100x300 screen within height 299: image %v, frame %dx%d at scale %v",
+			b.Size(), shot.Width, shot.Height, shot.Scale)
 	}
 }

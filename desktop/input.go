@@ -34,13 +34,27 @@ const (
 // for characters missing from the keyboard map before it restores them.
 // A client learns of a mapping change from MappingNotify and re-reads the
 // map when it handles that event; if the map were restored before then, it
-// would read the restored map and drop the character. An idle client
-// handles its events within a millisecond or two.
-const remapSettle = 60 * time.Millisecond
+// would read the restored map and drop the character, or, when the keycode
+// was borrowed again meanwhile, type the later character in its place. An
+// idle client handles its events within a millisecond or two, but every
+// mapping change also makes the window manager grab its key bindings
+// afresh (openbox: hundreds of requests), and a text that borrows and
+// restores a few dozen keycodes keeps the server busy enough that xterm
+// has been measured lagging past 60 ms, typing wrong characters in one
+// of five 32-letter Cyrillic texts. 150 ms had no loss in 60 such texts,
+// also under the race detector.
+const remapSettle = 150 * time.Millisecond
 
 // syncEvery bounds how many synthetic events are sent between round trips,
 // so a long text cannot queue an unbounded backlog in the server.
 const syncEvery = 64
+
+// pointerSettle bounds how long a pointer action waits for its button
+// releases to be processed (see settle); settlePoll spaces the checks.
+const (
+	pointerSettle = 2 * time.Second
+	settlePoll    = 2 * time.Millisecond
+)
 
 // dragStep is the longest pointer jump within a drag, in screen pixels:
 // toolkits start a drag only after motion events past a threshold, and
@@ -115,7 +129,39 @@ func (x *xconn) keymap() (*keymap, error) {
 }
 
 func (x *xconn) fake(typ byte, detail byte) {
+	if typ == xproto.ButtonRelease && detail >= 1 && detail <= 5 {
+		x.released |= xproto.ButtonMask1 << (detail - 1)
+	}
 	xtest.FakeInput(x.c, typ, detail, 0, x.root, 0, 0, 0)
+}
+
+// settle waits until the server has processed the button releases sent
+// since the last settle, for up to pointerSettle. A round trip does not
+// tell: a client's synchronous button grab freezes the pointer until that
+// client lets the events through, and the window manager takes one on
+// every click (openbox, to focus the window), so a release, and any move
+// after it, can wait in the server's queue for a while, longer when the
+// window manager is busy (with the mapping changes of typed characters
+// the keyboard map lacks, say). The core protocol reports buttons 1–5.
+func (x *xconn) settle(ctx context.Context) error {
+	want := x.released
+	x.released = 0
+	if want == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(pointerSettle)
+	for {
+		r, err := xproto.QueryPointer(x.c, x.root).Reply()
+		if err := replyErr(r == nil, err); err != nil {
+			return err
+		}
+		if r.Mask&want == 0 || !time.Now().Before(deadline) {
+			return nil
+		}
+		if err := sleepCtx(ctx, settlePoll); err != nil {
+			return err
+		}
+	}
 }
 
 // moveTo moves the pointer to p (screen pixels) without a round trip.
@@ -215,6 +261,9 @@ func (b *borrowed) restore() error {
 	if err := b.x.sync(); err != nil {
 		return err
 	}
+	// A long text of characters the map lacks restores hundreds of times:
+	// the waits are the action's own, not the X server's slowness.
+	b.x.extend(remapSettle)
 	time.Sleep(remapSettle)
 	empty := make([]xproto.Keysym, b.km.per)
 	for _, kc := range b.used {
@@ -295,25 +344,41 @@ func (x *xconn) pressChords(ctx context.Context, chords []chord, hold time.Durat
 	}
 	b := &borrowed{x: x, km: km}
 	for _, c := range chords {
-		var codes []xproto.Keycode
-		for _, ks := range c {
-			p, ok, err := b.press(ks)
-			if err == nil && !ok {
-				err = fmt.Errorf("chord has more unmapped keys than free keycodes")
+		codes, ok, err := b.chordCodes(c, shift.code)
+		if err == nil && !ok {
+			// Earlier chords hold the spare keycodes: give them back,
+			// as typing does, and map this chord's keys afresh.
+			if err = b.restore(); err == nil {
+				codes, ok, err = b.chordCodes(c, shift.code)
+				if err == nil && !ok {
+					err = fmt.Errorf("chord has more unmapped keys than free keycodes")
+				}
 			}
-			if err != nil {
-				return errors.Join(err, b.restore())
-			}
-			if p.shift && !containsCode(codes, shift.code) {
-				codes = append(codes, shift.code)
-			}
-			codes = append(codes, p.code)
+		}
+		if err != nil {
+			return errors.Join(err, b.restore())
 		}
 		if err := x.holdKeys(ctx, codes, hold); err != nil {
 			return errors.Join(err, b.restore())
 		}
 	}
 	return b.restore()
+}
+
+// chordCodes returns the keycodes to press for chord c, with shift where
+// a key needs it. ok is false when the spare keycodes ran out.
+func (b *borrowed) chordCodes(c chord, shift xproto.Keycode) (codes []xproto.Keycode, ok bool, err error) {
+	for _, ks := range c {
+		p, ok, err := b.press(ks)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		if p.shift && !containsCode(codes, shift) {
+			codes = append(codes, shift)
+		}
+		codes = append(codes, p.code)
+	}
+	return codes, true, nil
 }
 
 // holdKeys presses codes in order, waits hold, and releases them in
@@ -434,7 +499,7 @@ func (s *Session) pointer(ctx context.Context, op string, at *image.Point, mods 
 	if at != nil && !s.inScreen(*at) {
 		return invalid("%s: (%d, %d) is outside the %dx%d screen", op, at.X, at.Y, s.width, s.height)
 	}
-	return s.withX(ctx, op, 0, func(_ context.Context, x *xconn) error {
+	return s.withX(ctx, op, pointerSettle, func(ctx context.Context, x *xconn) error {
 		if at != nil {
 			x.moveTo(*at)
 		}
@@ -444,6 +509,11 @@ func (s *Session) pointer(ctx context.Context, op string, at *image.Point, mods 
 		}
 		if fn != nil {
 			err = fn(x)
+		}
+		if err == nil {
+			// Before the modifiers go up: a release held back by a grab
+			// still carries them when it is let through.
+			err = x.settle(ctx)
 		}
 		x.modifiersUp(codes)
 		return errors.Join(err, x.sync())

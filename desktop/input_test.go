@@ -2,6 +2,7 @@ package desktop
 
 import (
 	"context"
+	"fmt"
 	"image"
 	"os"
 	"path/filepath"
@@ -195,6 +196,41 @@ func TestPointerGestures(t *testing.T) {
 	})
 }
 
+// A click returns once the server has processed it, release included,
+// also when the window manager's synchronous button grab holds the
+// pointer frozen for a while (openbox, busy with the mapping changes a
+// typed "é" brings): the next move lands at once and the button reads up.
+func TestClickReturnsProcessed(t *testing.T) {
+	s := sharedSession(t)
+	win := findClient(t, s, "xterm")
+	center := win.Min.Add(win.Size().Div(2))
+	mustDo(t, s, Action{Type: ActScreenshot})
+	for i := range 5 {
+		mustDo(t, s,
+			Action{Type: ActType, Text: "é"},
+			Action{Type: ActClick, X: fp(float64(center.X)), Y: fp(float64(center.Y))},
+		)
+		var mask uint16
+		err := s.withX(ctxT(t), "query", 0, func(_ context.Context, x *xconn) error {
+			r, err := xproto.QueryPointer(x.c, x.root).Reply()
+			if err == nil {
+				mask = r.Mask
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := image.Pt(5+i, 5)
+		mustDo(t, s, Action{Type: ActMouseMove, X: fp(float64(target.X)), Y: fp(float64(target.Y))})
+		p, _ := s.Cursor(ctxT(t))
+		if mask&xproto.ButtonMask1 != 0 || p != target {
+			t.Errorf("round %d: after the click the left button reads down (mask %#x); a move to %v then left the pointer at %v", i, mask, target, p)
+		}
+		mustDo(t, s, Action{Type: ActKey, Keys: "ctrl+u"})
+	}
+}
+
 // Key chords arrive as the keys and modifier state they name.
 func TestKeyChords(t *testing.T) {
 	s := sharedSession(t)
@@ -256,6 +292,41 @@ func TestKeyChords(t *testing.T) {
 	}
 }
 
+// A key action of more chords with unmapped keys than there are spare
+// keycodes gives the spares back between chords, as typing does, and
+// every key arrives.
+func TestKeyChordsBeyondSpareKeycodes(t *testing.T) {
+	s := sharedSession(t)
+	win := findClient(t, s, "xterm")
+	out := filepath.Join(t.TempDir(), "keyed")
+	var names []string
+	var want strings.Builder
+	for i := range 32 {
+		r := rune(0x430 + i) // Cyrillic а..я, none in the map
+		names = append(names, string(r))
+		want.WriteRune(r)
+	}
+	center := win.Min.Add(win.Size().Div(2))
+	mustDo(t, s,
+		Action{Type: ActScreenshot},
+		Action{Type: ActClick, X: fp(float64(center.X)), Y: fp(float64(center.Y))},
+		Action{Type: ActType, Text: "printf '%s' '"},
+		Action{Type: ActKey, Keys: strings.Join(names, " ")},
+		Action{Type: ActType, Text: "' > " + out + "\n"},
+	)
+	var got []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(out); err == nil && len(b) > 0 {
+			if got = b; string(got) == want.String() {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("pressed %q as keys into the xterm; the file holds %q", want.String(), got)
+}
+
 // Typing Unicode into a terminal reaches the program in it: the shell
 // writes what it was typed to a file.
 func TestTypeUnicodeIntoXterm(t *testing.T) {
@@ -283,6 +354,38 @@ func TestTypeUnicodeIntoXterm(t *testing.T) {
 	}
 	t.Logf("session processes: %v", describe(sessionProcs(s.id)))
 	t.Fatalf("typed %q into the xterm; the file holds %q", want, got)
+}
+
+// A text with more distinct characters the keyboard map lacks than there
+// are spare keycodes reuses them; every character still arrives as
+// itself, neither dropped nor read through a later mapping of its keycode.
+func TestTypeReusedKeycodesIntoXterm(t *testing.T) {
+	s := sharedSession(t)
+	win := findClient(t, s, "xterm")
+	var want strings.Builder
+	for i := range 32 {
+		want.WriteRune(rune(0x430 + i)) // Cyrillic а..я, none in the map
+	}
+	center := win.Min.Add(win.Size().Div(2))
+	for i := range 10 {
+		out := filepath.Join(t.TempDir(), fmt.Sprint("typed", i))
+		mustDo(t, s,
+			Action{Type: ActScreenshot},
+			Action{Type: ActClick, X: fp(float64(center.X)), Y: fp(float64(center.Y))},
+			Action{Type: ActType, Text: "printf '%s' '" + want.String() + "' > " + out + "\n"},
+		)
+		var got []byte
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if b, err := os.ReadFile(out); err == nil && len(b) > 0 {
+				if got = b; string(got) == want.String() {
+					break
+				}
+			}
+		}
+		if string(got) != want.String() {
+			t.Errorf("round %d: typed %q into the xterm; the file holds %q", i, want.String(), got)
+		}
+	}
 }
 
 // findClient returns the screen rectangle of the first managed window
@@ -358,5 +461,31 @@ func TestCanceledHoldReleasesKeys(t *testing.T) {
 		if bits != 0 {
 			t.Errorf("keys still down after the next action: byte %d = %08b", i, bits)
 		}
+	}
+}
+
+// Typing a long text, all of it characters the keyboard map
+// lacks, borrows and restores spare keycodes hundreds of times; those
+// waits are the action's own and must not run it into the X timeout.
+func TestTypeLongUnmappedText(t *testing.T) {
+	// The timeout of one X operation, cut to a second here, counts none
+	// of the waits of a text that borrows and restores keycodes hundreds
+	// of times (10,000 CJK characters take some 80 s of them).
+	defer func(d time.Duration) { xOpTimeout = d }(xOpTimeout)
+	xOpTimeout = time.Second
+	s := startSession(t, Options{Width: 640, Height: 480, WindowManager: "none"})
+	var b strings.Builder
+	for i := range 300 {
+		b.WriteRune(rune(0x4e00 + i)) // CJK ideographs, none in the map
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := s.Do(ctx, []Action{{Type: ActType, Text: b.String()}})
+	if err != nil || len(res) != 1 || !res[0].OK {
+		t.Fatalf("typing 300 unmapped characters: %v, %+v", err, res[0].Error)
+	}
+	if d := time.Since(start); d < 2*xOpTimeout {
+		t.Fatalf("typed in %v: too quickly to show that the waits are not counted", d)
 	}
 }

@@ -36,11 +36,6 @@ const (
 	// screen before apps are started; a WM that never announces itself
 	// (no EWMH) only costs this once.
 	wmReadyTimeout = 5 * time.Second
-	// xOpTimeout bounds one X operation (a capture, a click, a typed
-	// text) beyond its own waits: the local server answers in
-	// milliseconds, so a longer silence means it hangs, and the
-	// connection is dropped and remade by the next operation.
-	xOpTimeout = 20 * time.Second
 	// restartWait is how long an operation waits for an X server that is
 	// being restarted before it fails with desktop.x_server_died; a
 	// restart takes well under a second.
@@ -70,6 +65,12 @@ const (
 	// go before we do.
 	exitNoticeWait = 500 * time.Millisecond
 )
+
+// xOpTimeout bounds one X operation (a capture, a click, a typed text)
+// beyond its own waits: the local server answers in milliseconds, so a
+// longer silence means it hangs, and the connection is dropped and remade
+// by the next operation. A variable for tests.
+var xOpTimeout = 20 * time.Second
 
 // Options configures a desktop session. The zero value is a 1280x800
 // screen with the default window manager and no apps.
@@ -976,16 +977,43 @@ func (s *Session) withX(ctx context.Context, op string, extra time.Duration, fn 
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// dl guards the connection's deadline: fn may push it back for a wait
+	// of its own (xconn.extend), and a cancel cuts it short for good.
+	var dl struct {
+		sync.Mutex
+		at  time.Time
+		cut bool
+	}
+	dl.at = deadline
 	_ = x.nc.SetDeadline(deadline)
+	x.grant = func(d time.Duration) {
+		dl.Lock()
+		defer dl.Unlock()
+		if dl.cut {
+			return
+		}
+		dl.at = dl.at.Add(d)
+		if c, ok := ctx.Deadline(); ok && c.Before(dl.at) {
+			dl.at = c
+		}
+		_ = x.nc.SetDeadline(dl.at)
+	}
+	defer func() { x.grant = nil }()
 	// Cancelling ctx interrupts a request in flight: the past deadline
 	// fails it, and the broken connection is remade next time.
 	cut := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
+		dl.Lock()
+		dl.cut = true
 		x.interrupted.Store(true)
 		_ = x.nc.SetDeadline(time.Now())
+		dl.Unlock()
 		close(cut)
 	})
 	err = fn(ctx, x)
+	dl.Lock()
+	deadline = dl.at
+	dl.Unlock()
 	if stop() {
 		_ = x.nc.SetDeadline(time.Time{})
 	} else {

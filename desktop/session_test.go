@@ -424,3 +424,38 @@ func TestAppRelaunched(t *testing.T) {
 	}
 	t.Fatal("xterm was not relaunched")
 }
+
+// A malformed observation refuses the whole request before any action
+// runs: the caller gets action.invalid and nothing happened.
+func TestObserveRefusedBeforeActions(t *testing.T) {
+	s := sharedSession(t)
+	mustDo(t, s, Action{Type: ActScreenshot})
+	// cursorReaches reports whether the pointer is at p within d: a
+	// window manager's grab can hold pointer events back for a while.
+	cursorReaches := func(p image.Point, d time.Duration) bool {
+		for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+			if c, err := s.Cursor(ctxT(t)); err == nil && c == p {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
+	for _, o := range []Observe{{Screenshot: "webp"}, {Screenshot: "jpeg", Quality: 101}, {Screenshot: "png", Width: -1}} {
+		mustDo(t, s, Action{Type: ActMouseMove, X: fp(5), Y: fp(5)})
+		if !cursorReaches(image.Pt(5, 5), 5*time.Second) {
+			t.Fatal("the pointer never reached (5, 5)")
+		}
+		_, err := s.Run(ctxT(t), Request{Actions: []Action{{Type: ActMouseMove, X: fp(321), Y: fp(123)}}, Observe: &o})
+		if fe := faults.Of(err); err == nil || fe.Code != faults.CodeActionInvalid {
+			t.Errorf("observe %+v: %v, want action.invalid", o, err)
+		}
+		if cursorReaches(image.Pt(321, 123), 300*time.Millisecond) {
+			t.Errorf("observe %+v was refused, yet its request's mouse_move ran: the pointer moved to (321, 123)", o)
+		}
+	}
+	if _, err := ParseRequest([]byte(`{"actions":[{"type":"wait","ms":0}],"observe":{"screenshot":"webp"}}`)); err == nil || faults.Of(err).Code != faults.CodeActionInvalid {
+		t.Errorf("ParseRequest with a bad observe: %v, want action.invalid", err)
+	}
+}

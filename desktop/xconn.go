@@ -37,8 +37,15 @@ type xconn struct {
 	// little-endian layout of Xvfb's depth-24 TrueColor); false means
 	// X, R, G, B.
 	bgr bool
+	// released are the core button masks of the buttons released since
+	// the last settle.
+	released uint16
 
 	shm *shmSeg // nil when MIT-SHM is unavailable
+
+	// grant pushes the current operation's deadline back (see extend);
+	// withX sets it for the time of an operation.
+	grant func(time.Duration)
 
 	keys      *keymap
 	keysStale atomic.Bool // a MappingNotify arrived since keys was read
@@ -152,6 +159,14 @@ func (x *xconn) close() {
 	if x.shm != nil {
 		x.shm.detach()
 		x.shm = nil
+	}
+}
+
+// extend pushes the current operation's deadline back by d, for a wait
+// of the operation's own that its timeout must not count.
+func (x *xconn) extend(d time.Duration) {
+	if x.grant != nil {
+		x.grant(d)
 	}
 }
 

@@ -110,6 +110,7 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 		}
 		base, rt := s.agentHTTP(addr)
 		raw := body(c)
+		var keyProto string // the "api_key.<key>" subprotocol the client offered
 		proxy := &httputil.ReverseProxy{
 			Transport: rt,
 			Rewrite: func(pr *httputil.ProxyRequest) {
@@ -118,6 +119,7 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 				pr.Out.Host = base.Host
 				// Credentials are the server's business, not the agent's.
 				pr.Out.Header.Del("X-API-Key")
+				keyProto = stripKeyProtocols(pr.Out.Header)
 				q := pr.Out.URL.Query()
 				if q.Has("api_key") {
 					q.Del("api_key")
@@ -149,10 +151,49 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 				panic(r)
 			}
 		}()
-		if modify != nil {
-			proxy.ModifyResponse = func(resp *http.Response) error { return modify(c, resp) }
+		proxy.ModifyResponse = func(resp *http.Response) error {
+			// A browser fails a handshake that answers none of the
+			// subprotocols it offered: with the key taken out, the agent
+			// may choose none, and the key's entry is the answer.
+			if resp.StatusCode == http.StatusSwitchingProtocols && keyProto != "" && resp.Header.Get("Sec-WebSocket-Protocol") == "" {
+				resp.Header.Set("Sec-WebSocket-Protocol", keyProto)
+			}
+			if modify != nil {
+				return modify(c, resp)
+			}
+			return nil
 		}
 		proxy.ServeHTTP(c.Writer, c.Request)
 		return nil
 	}
+}
+
+// stripKeyProtocols takes the "api_key.<key>" entries, which carry the
+// caller's API key (see auth), out of h's Sec-WebSocket-Protocol, so the
+// key does not reach the sandbox, and returns the first of them.
+func stripKeyProtocols(h http.Header) string {
+	var key string
+	var keep []string
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			switch {
+			case p == "":
+			case strings.HasPrefix(p, "api_key."):
+				if key == "" {
+					key = p
+				}
+			default:
+				keep = append(keep, p)
+			}
+		}
+	}
+	if key == "" {
+		return ""
+	}
+	h.Del("Sec-WebSocket-Protocol")
+	if len(keep) > 0 {
+		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
+	}
+	return key
 }

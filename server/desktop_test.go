@@ -346,3 +346,60 @@ func TestDesktopInputReachesApp(t *testing.T) {
 		t.Errorf("scroll: title %q", got)
 	}
 }
+
+// A browser authenticates the live view's WebSocket with an
+// "api_key.<key>" subprotocol, as it can set no header. The handshake
+// answers with that subprotocol (a browser fails one that answers none it
+// offered), and the key stays out of the sandbox, where a process of the
+// sandbox's can stand in for the desktop daemon's socket and read it.
+func TestDesktopVNCKeyStaysOut(t *testing.T) {
+	requireXvfb(t)
+	srv := testserver.Start(t, testserver.Options{})
+	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "desktop",
+		"desktop": map[string]any{"width": 640, "height": 480, "window_manager": "none"}})
+	want(t, r, 200)
+	id := r.body["sandbox_id"].(string)
+	if w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=60", nil); w.body["status"] != "ready" {
+		t.Fatalf("desktop sandbox: %s", w.raw)
+	}
+	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/sandboxes/" + id + "/desktop/vnc"
+	keyProto := "api_key." + srv.APIKey
+
+	d := websocket.Dialer{Subprotocols: []string{keyProto}, HandshakeTimeout: 10 * time.Second}
+	conn, resp, err := d.Dial(u, nil)
+	if err != nil {
+		t.Fatalf("vnc websocket with the key as subprotocol: %v %v", err, resp)
+	}
+	conn.Close()
+	if p := resp.Header.Get("Sec-WebSocket-Protocol"); p != keyProto {
+		t.Errorf("handshake answered subprotocol %q to a client that offered only %q: a browser fails it", p, "api_key.…")
+	}
+
+	// A sandbox process takes the daemon's socket and records the next
+	// request the agent forwards.
+	script := "import socket,os\n" +
+		"os.rename('/run/orchard-desktop.sock','/run/real-desktop.sock')\n" +
+		"s=socket.socket(socket.AF_UNIX); s.bind('/run/orchard-desktop.sock'); s.listen(1)\n" +
+		"open('/tmp/ready','w').close()\n" +
+		"c,_=s.accept(); data=b''\n" +
+		"while b'\\r\\n\\r\\n' not in data:\n" +
+		"    d=c.recv(4096)\n" +
+		"    if not d: break\n" +
+		"    data+=d\n" +
+		"open('/tmp/captured','wb').write(data)\n" +
+		"c.sendall(b'HTTP/1.1 502 Bad Gateway\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n'); c.close()\n"
+	j := execWait(t, srv, id, map[string]any{"command": "cat > /tmp/listen.py <<'EOF'\n" + script + "EOF\n" +
+		"(python3 /tmp/listen.py >/tmp/listen.log 2>&1 &); for i in $(seq 100); do [ -f /tmp/ready ] && exit 0; sleep 0.1; done; cat /tmp/listen.log; exit 1"})
+	if j.ExitCode == nil || *j.ExitCode != 0 {
+		t.Fatalf("take the socket: %+v", j)
+	}
+	d.Subprotocols = []string{"binary", keyProto}
+	_, _, _ = d.Dial(u, nil)
+	got := execWait(t, srv, id, map[string]any{"command": "cat /tmp/captured"})
+	if !strings.Contains(got.Stdout, "/desktop/vnc") {
+		t.Fatalf("the socket's taker saw no request: %+v", got)
+	}
+	if strings.Contains(got.Stdout, srv.APIKey) {
+		t.Errorf("the server's API key reached the sandbox with the live view's request:\n%s", got.Stdout)
+	}
+}
