@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"io/fs"
 	"math"
 	"net/http"
 	"net/url"
@@ -16,10 +18,31 @@ import (
 // and replacing an existing file. Use absolute paths: a relative one
 // resolves against the agent's working directory. Upload is not retried.
 func (c *Client) Upload(ctx context.Context, id, path string, data []byte) (api.UploadResult, error) {
+	return c.upload(ctx, id, path, data, "")
+}
+
+// UploadMode is Upload that also sets the file's permission bits (and
+// setuid, setgid, sticky), as a local copy keeps them. Servers that know no
+// mode (Orchard Env's) ignore it.
+func (c *Client) UploadMode(ctx context.Context, id, path string, data []byte, mode fs.FileMode) (api.UploadResult, error) {
+	bits := uint32(mode.Perm())
+	if mode&fs.ModeSetuid != 0 {
+		bits |= 0o4000
+	}
+	if mode&fs.ModeSetgid != 0 {
+		bits |= 0o2000
+	}
+	if mode&fs.ModeSticky != 0 {
+		bits |= 0o1000
+	}
+	return c.upload(ctx, id, path, data, fmt.Sprintf("%04o", bits))
+}
+
+func (c *Client) upload(ctx context.Context, id, path string, data []byte, mode string) (api.UploadResult, error) {
 	content := base64.StdEncoding.EncodeToString(data)
 	var out api.UploadResult
 	err := c.do(ctx, call{method: http.MethodPost, path: sandboxPath(id) + "/files",
-		body: api.UploadRequest{Path: &path, Content: &content}, out: &out})
+		body: api.UploadRequest{Path: &path, Content: &content, Mode: mode}, out: &out})
 	return out, err
 }
 

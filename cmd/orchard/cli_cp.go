@@ -23,7 +23,7 @@ the other a local path or - for stdin/stdout:
   tar c . | orchard cp - sb1:/tmp/src.tar
 
 A remote PATH ending in / takes the local file's name; a local directory
-takes the remote file's name.`,
+takes the remote file's name. An uploaded file keeps its permission bits.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			srcID, srcPath, srcRemote := splitRemote(args[0])
@@ -34,14 +34,18 @@ takes the remote file's name.`,
 			case srcRemote == dstRemote:
 				return fmt.Errorf("cp: exactly one of SRC and DST must be SANDBOX:PATH")
 			case dstRemote:
-				data, err := readLocal(args[0], cmd.InOrStdin())
+				data, mode, err := readLocal(args[0], cmd.InOrStdin())
 				if err != nil {
 					return err
 				}
 				if strings.HasSuffix(dstPath, "/") && args[0] != "-" {
 					dstPath += filepath.Base(args[0])
 				}
-				_, err = c.Upload(ctx, dstID, dstPath, data)
+				if args[0] == "-" {
+					_, err = c.Upload(ctx, dstID, dstPath, data)
+				} else {
+					_, err = c.UploadMode(ctx, dstID, dstPath, data, mode)
+				}
 				return err
 			default:
 				data, err := c.Download(ctx, srcID, srcPath)
@@ -64,22 +68,24 @@ func splitRemote(arg string) (id, p string, remote bool) {
 	return id, p, true
 }
 
-func readLocal(name string, stdin io.Reader) ([]byte, error) {
+// readLocal reads the local file (or stdin for -) and returns its mode.
+func readLocal(name string, stdin io.Reader) ([]byte, os.FileMode, error) {
 	if name == "-" {
-		return io.ReadAll(stdin)
+		b, err := io.ReadAll(stdin)
+		return b, 0, err
 	}
 	st, err := os.Stat(name)
 	if err != nil {
-		return nil, fmt.Errorf("cp: %w", err)
+		return nil, 0, fmt.Errorf("cp: %w", err)
 	}
 	if st.IsDir() {
-		return nil, fmt.Errorf("cp: %s is a directory (copy an archive: tar c %s | orchard cp - SANDBOX:PATH)", name, name)
+		return nil, 0, fmt.Errorf("cp: %s is a directory (copy an archive: tar c %s | orchard cp - SANDBOX:PATH)", name, name)
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("cp: %w", err)
+		return nil, 0, fmt.Errorf("cp: %w", err)
 	}
-	return b, nil
+	return b, st.Mode(), nil
 }
 
 func writeLocal(name, remoteBase string, data []byte, stdout io.Writer) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/server/manager"
 )
 
 // execPollInterval is how often exec polls a running job for new output:
@@ -97,7 +98,7 @@ func runJob(ctx context.Context, c *client.Client, id string, req api.ExecReques
 	if err != nil {
 		return err
 	}
-	var outN, errN int
+	var outP, errP string // what has been written of each stream
 	t := time.NewTicker(execPollInterval)
 	defer t.Stop()
 	for {
@@ -110,8 +111,8 @@ func runJob(ctx context.Context, c *client.Client, id string, req api.ExecReques
 			return err
 		}
 		done := job.Terminal()
-		outN = emit(stdout, job.Stdout, outN, done)
-		errN = emit(stderr, job.Stderr, errN, done)
+		outP = emit(stdout, job.Stdout, outP, done)
+		errP = emit(stderr, job.Stderr, errP, done)
 		if done {
 			return jobExit(job, stderr)
 		}
@@ -124,26 +125,61 @@ func runJob(ctx context.Context, c *client.Client, id string, req api.ExecReques
 	}
 }
 
-// emit writes what of s lies beyond the n bytes already written and
-// returns the new count. While the job runs, replacement characters at the
-// end are held back: they may be a multi-byte character cut in half, which
-// the next snapshot completes.
-func emit(w io.Writer, s string, n int, final bool) int {
+// emit writes what of s lies beyond printed, the text already written,
+// and returns the text written so far. While the job runs, replacement
+// characters at the end are held back: they may be a multi-byte character
+// cut in half, which the next snapshot completes. A login shell's stderr
+// is re-joined when the job ends (ORCHARD_COMPAT §4: CRLF and the other
+// line breaks become \n, the last one is dropped), so the final text need
+// not extend what was printed: it then continues after the same text
+// joined that way.
+func emit(w io.Writer, s, printed string, final bool) string {
 	if !final {
 		for i := 0; i < utf8.UTFMax && strings.HasSuffix(s, string(utf8.RuneError)); i++ {
 			s = strings.TrimSuffix(s, string(utf8.RuneError))
 		}
 	}
-	if len(s) <= n {
-		return n
+	if strings.HasPrefix(s, printed) {
+		if len(s) > len(printed) {
+			_, _ = io.WriteString(w, s[len(printed):])
+		}
+		return s
 	}
-	_, _ = io.WriteString(w, s[n:])
-	return len(s)
+	if !final {
+		return printed
+	}
+	joined := manager.JoinLines(printed)
+	if !strings.HasPrefix(s, joined) {
+		return printed
+	}
+	rest := s[len(joined):]
+	if endsWithLineBreak(printed) {
+		rest = strings.TrimPrefix(rest, "\n") // printed already
+	}
+	_, _ = io.WriteString(w, rest)
+	return s
+}
+
+// endsWithLineBreak reports whether s ends with a character that Python's
+// str.splitlines breaks at.
+func endsWithLineBreak(s string) bool {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	switch r {
+	case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+		return true
+	}
+	return false
 }
 
 // jobExit maps a finished job to the process result: nil for success, the
 // command's exit status otherwise, 1 when it has none (it never ran).
 func jobExit(job api.Job, stderr io.Writer) error {
+	report := func(msg, code string) {
+		if job.Stderr != "" && !strings.HasSuffix(job.Stderr, "\n") {
+			_, _ = io.WriteString(stderr, "\n") // a line of its own
+		}
+		printError(stderr, msg, code)
+	}
 	code := ""
 	if job.Fault != nil {
 		code = job.Fault.Code
@@ -156,11 +192,11 @@ func jobExit(job api.Job, stderr io.Writer) error {
 		if code == "" {
 			code = faults.CodeInternal
 		}
-		printError(stderr, msg, code)
+		report(msg, code)
 		return exitError{1}
 	}
 	if job.Status == api.JobFailed && job.Error != nil && *job.Error != "" {
-		printError(stderr, *job.Error, code)
+		report(*job.Error, code)
 	}
 	if st := exitStatus(*job.ExitCode); st != 0 {
 		return exitError{st}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -116,7 +115,8 @@ is ready (a sandbox that fails to start is deleted).`,
 }
 
 // waitReady waits for the sandbox to be ready. One that fails or does not
-// start in time is deleted, as Orchard Env's SDK does.
+// start in time is deleted, as Orchard Env's SDK does; so is one whose wait
+// was interrupted, whose id the caller never learns.
 func waitReady(ctx context.Context, c *client.Client, id string, timeout time.Duration) (api.Sandbox, error) {
 	sb, err := c.WaitSandbox(ctx, id, timeout)
 	if err == nil && sb.Status != api.StatusReady && !sb.Ready {
@@ -126,7 +126,7 @@ func waitReady(ctx context.Context, c *client.Client, id string, timeout time.Du
 		}
 		err = faults.Newf(faults.CodeCreateFailed, faults.ActionFailed, faults.Sandbox, "sandbox %s did not start: %s", id, msg)
 	}
-	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+	if err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		_ = c.DeleteSandbox(dctx, id)
 		cancel()

@@ -360,12 +360,19 @@ func TestSplitRemote(t *testing.T) {
 func TestEmit(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	n := emit(&b, "ab", 0, false)
-	n = emit(&b, "abc\uFFFD", n, false) // a character cut in half: held back
-	n = emit(&b, "abcé", n, false)
-	n = emit(&b, "abcé\uFFFD", n, true) // a real replacement at the end: printed
-	if b.String() != "abcé\uFFFD" || n != len("abcé\uFFFD") {
-		t.Fatalf("emitted %q (%d)", b.String(), n)
+	p := emit(&b, "ab", "", false)
+	p = emit(&b, "abc\uFFFD", p, false) // a character cut in half: held back
+	p = emit(&b, "abcé", p, false)
+	p = emit(&b, "abcé\uFFFD", p, true) // a real replacement at the end: printed
+	if b.String() != "abcé\uFFFD" || p != "abcé\uFFFD" {
+		t.Fatalf("emitted %q (%q)", b.String(), p)
+	}
+	// A login shell's stderr, re-joined at the end.
+	b.Reset()
+	p = emit(&b, "a\r\nb\r\n", "", false)
+	emit(&b, "a\nb\ntail", p, true)
+	if b.String() != "a\r\nb\r\ntail" {
+		t.Fatalf("login stderr emitted as %q", b.String())
 	}
 }
 

@@ -422,16 +422,16 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 		}
 	}
 	if p.LoginShell {
-		stderr = joinLines(stderr)
+		stderr = JoinLines(stderr)
 	}
 	done <- m.finishJob(h, job.JobID, started, ex, stdout, stderr, err, p.TimeoutSeconds)
 	publish()
 }
 
-// joinLines is Python's "\n".join(s.splitlines()): Orchard Env re-joins a
+// JoinLines is Python's "\n".join(s.splitlines()): Orchard Env re-joins a
 // login shell's filtered stderr so, and its clients see the result (no
 // trailing newline; other line breaks become "\n").
-func joinLines(s string) string {
+func JoinLines(s string) string {
 	var lines []string
 	start := 0
 	for i := 0; i < len(s); {

@@ -13,8 +13,8 @@ func TestJoinLines(t *testing.T) {
 		{"x\r", "x"},
 	}
 	for _, tc := range cases {
-		if got := joinLines(tc.in); got != tc.want {
-			t.Errorf("joinLines(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := JoinLines(tc.in); got != tc.want {
+			t.Errorf("JoinLines(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

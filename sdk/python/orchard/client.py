@@ -387,8 +387,14 @@ class Sandbox:
         command, failed)."""
         body = {"command": command, "timeout_seconds": timeout, "cwd": cwd, "env": env,
                 "login_shell": login_shell, "wait": True}
-        return self.client.json("POST", self._path("/exec"), body,
-                                timeout=(timeout or 3600) + 60)
+        job = self.client.json("POST", self._path("/exec"), body,
+                               timeout=(timeout or 3600) + 60)
+        # The server's wait ends at the command's timeout + 30 s, time spent
+        # queued behind the sandbox's other jobs included: keep waiting on
+        # the job (a GET, safe to retry) until it has ended.
+        while job.get("status") not in ("succeeded", "failed"):
+            job = self.client.json("GET", f"/jobs/{_seg(job['job_id'])}/wait", query={"timeout": 60}, timeout=90)
+        return job
 
     def upload(self, path, data, mode=None):
         if isinstance(data, str):
@@ -535,8 +541,15 @@ class _Async:
             return _Async(value, self._pool)
         if callable(value):
             async def call(*args, **kwargs):
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self._pool, functools.partial(value, *args, **kwargs))
+                fut = self._pool.submit(functools.partial(value, *args, **kwargs))
+                try:
+                    result = await asyncio.wrap_future(fut)
+                except asyncio.CancelledError:
+                    # The call goes on in its thread; what it creates for a
+                    # caller that is gone would be left behind.
+                    if name in _CREATES:
+                        fut.add_done_callback(_release)
+                    raise
                 return _lift(result, self._pool)
             call.__name__ = name
             call.__doc__ = getattr(value, "__doc__", None)
@@ -555,6 +568,23 @@ class _Async:
 
 
 _WRAPPED = (Sandbox, Browser, Desktop, Episode)
+
+# The methods whose result is a sandbox or an episode the call created.
+_CREATES = frozenset({"create_sandbox", "start_episode"})
+
+
+def _release(fut):
+    """Delete the sandbox or abort the episode a cancelled call created."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    obj = fut.result()
+    try:
+        if isinstance(obj, Sandbox):
+            obj.delete()
+        elif isinstance(obj, Episode):
+            obj.abort()
+    except OrchardError:
+        pass
 
 
 def _lift(value, pool):

@@ -7,6 +7,7 @@ import json
 import os
 import time
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -152,6 +153,53 @@ class Live(unittest.TestCase):
         left = [s.id for s in self.c.sandboxes(kind="browser")]
         self.assertFalse(set(left) & {i for _, _, i in got}, "sandboxes left after their async with")
         self.assertLess(time.monotonic() - t0, 120)
+
+    def test_exec_waits_for_a_queued_job(self):
+        # Jobs of one sandbox run one at a time; the server's own wait for
+        # an exec ends at its timeout + 30 s, queue time included. exec
+        # still returns the finished job.
+        with self.c.create_sandbox() as sb:
+            long = threading.Thread(target=sb.exec, args=("sleep 34",))
+            long.start()
+            time.sleep(1)
+            job = sb.exec("echo hi", timeout=1)
+            long.join()
+            self.assertEqual((job["status"], job.get("exit_code"), job.get("stdout")), ("succeeded", 0, "hi\n"))
+
+    def test_async_cancelled_create_leaves_nothing(self):
+        # A create cancelled after the server accepted it (a wait_for that
+        # gave up) goes on in its worker thread; what it made is deleted.
+        labels = {"suite": "py-cancel"}
+
+        def listed():
+            return [s.id for s in self.c.sandboxes(labels=labels)]
+
+        async def main():
+            c = AsyncClient(workers=2)
+            try:
+                for _ in range(10):
+                    task = asyncio.ensure_future(c.create_sandbox(kind="browser", labels=labels))
+                    while not task.done() and not await asyncio.to_thread(listed):
+                        await asyncio.sleep(0.002)
+                    if not task.done():
+                        task.cancel()  # accepted, not yet ready
+                        with self.assertRaises(asyncio.CancelledError):
+                            await task
+                        return True
+                    await (await task).delete()  # ready before it was seen: again
+                return False
+            finally:
+                c.close()  # after the calls in flight
+
+        cancelled = asyncio.run(main())
+        self.assertTrue(cancelled, "no create was caught between its acceptance and readiness")
+        deadline = time.monotonic() + 30
+        while listed() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = listed()
+        for i in left:
+            self.c.sandbox(i).delete()
+        self.assertEqual(left, [], "a cancelled create_sandbox left its sandbox behind")
 
     @unittest.skipUnless(os.environ.get("ORCHARD_TEST_DESKTOP"), "no desktop on this machine")
     def test_desktop(self):
