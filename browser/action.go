@@ -330,7 +330,7 @@ func (s *Session) do(ctx context.Context, a Action) error {
 		}
 		t.act.Lock()
 		defer t.act.Unlock()
-		return s.navigate(ctx, t, a.URL)
+		return s.blocked(ctx, t, s.navigate(ctx, t, a.URL))
 	case ActSwitchTab:
 		return s.switchTab(ctx, *a.Index)
 	case ActCloseTab:
@@ -426,7 +426,7 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	t.mu.Unlock()
 	if changed {
 		if fe := nav.failure(); fe != nil {
-			return fe
+			return s.blocked(ctx, t, fe)
 		}
 	}
 	return nil

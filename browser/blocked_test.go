@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -59,6 +60,39 @@ func TestBotWallsAreSiteBlocked(t *testing.T) {
 			}
 			if c.code == faults.CodeSiteBlocked && r.Error.Retryable {
 				t.Error("a bot wall is not worth an immediate retry")
+			}
+		})
+	}
+}
+
+// A bot wall is site.blocked however the page was reached: a link the
+// policy clicked, a new tab opened at its URL.
+func TestBotWallReachedByClickOrNewTab(t *testing.T) {
+	s := openPage(t, "/basic.html")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/wall" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`<html><head><title>Just a moment...</title></head><body><div id="challenge-running"></div>
+			<script src="/cdn-cgi/challenge-platform/h/b/orchestrate/chl_page/v1"></script></body></html>`))
+	}))
+	defer srv.Close()
+	js[any](t, s, fmt.Sprintf("document.getElementById('next').href=%q", srv.URL+"/wall"))
+	cases := []struct {
+		name string
+		a    Action
+	}{
+		{"click", Action{Type: ActClick, Selector: "#next"}},
+		{"new_tab", Action{Type: ActNewTab, URL: srv.URL + "/wall"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := failCode(t, s, c.a)
+			if e.Code != faults.CodeSiteBlocked || e.Source != faults.Site || e.Retryable {
+				t.Errorf("%s to a bot wall: %+v, want site.blocked", c.name, *e)
 			}
 		})
 	}

@@ -126,16 +126,26 @@ func netError(errorText, url string) *faults.Error {
 		return faults.New(code, cat, src, msg)
 	}
 	switch {
-	case name == "ERR_NAME_NOT_RESOLVED", name == "ERR_NAME_RESOLUTION_FAILED", name == "ERR_DNS_TIMED_OUT",
-		name == "ERR_DNS_MALFORMED_RESPONSE", name == "ERR_DNS_SERVER_FAILED":
+	case name == "ERR_NAME_NOT_RESOLVED":
+		// The resolver answered that the name does not exist.
 		return e(faults.CodeSiteDNS, faults.Unavailable, faults.Site)
+	case name == "ERR_NAME_RESOLUTION_FAILED", name == "ERR_DNS_TIMED_OUT", name == "ERR_DNS_SERVER_FAILED",
+		name == "ERR_DNS_MALFORMED_RESPONSE", name == "ERR_DNS_SERVER_REQUIRES_TCP",
+		name == "ERR_DNS_SECURE_RESOLVER_HOSTNAME_RESOLUTION_FAILED":
+		// The resolver itself failed: on Linux, getaddrinfo failed with other
+		// than EAI_NONAME/EAI_NODATA (EAI_AGAIN: no server answered); the DNS
+		// client timed out, got SERVFAIL or a malformed answer. The network's
+		// fault, as egress classifies it (network.dns).
+		return e(faults.CodeNetworkDNS, faults.Unavailable, faults.Network)
 	case name == "ERR_CONNECTION_REFUSED":
 		return e(faults.CodeSiteConnectionRefused, faults.Unavailable, faults.Site)
 	case name == "ERR_CONNECTION_RESET", name == "ERR_CONNECTION_ABORTED":
 		return e(faults.CodeSiteConnectionReset, faults.Unavailable, faults.Site)
 	case name == "ERR_CONNECTION_CLOSED", name == "ERR_EMPTY_RESPONSE":
 		return e(faults.CodeSiteConnectionClosed, faults.Unavailable, faults.Site)
-	case strings.HasPrefix(name, "ERR_CERT_"), strings.HasPrefix(name, "ERR_SSL_"), name == "ERR_BAD_SSL_CLIENT_AUTH_CERT":
+	case strings.HasPrefix(name, "ERR_CERT_"), strings.HasPrefix(name, "ERR_SSL_"), name == "ERR_BAD_SSL_CLIENT_AUTH_CERT",
+		name == "ERR_CERTIFICATE_TRANSPARENCY_REQUIRED", name == "ERR_TLS13_DOWNGRADE_DETECTED",
+		name == "ERR_INSECURE_RESPONSE", name == "ERR_CLIENT_AUTH_CERT_TYPE_UNSUPPORTED", name == "ERR_NO_SSL_VERSIONS_ENABLED":
 		return e(faults.CodeSiteTLS, faults.Unavailable, faults.Site).WithRetryable(false)
 	case name == "ERR_TIMED_OUT", name == "ERR_CONNECTION_TIMED_OUT":
 		return e(faults.CodeSiteTimeout, faults.Timeout, faults.Site)
@@ -152,6 +162,11 @@ func netError(errorText, url string) *faults.Error {
 		return e(faults.CodeNavigationBlocked, faults.ActionFailed, faults.Policy)
 	case name == "ERR_ABORTED":
 		return e(faults.CodeNavigationAborted, faults.ActionFailed, faults.Site)
+	case name == "ERR_TOO_MANY_REDIRECTS", name == "ERR_INVALID_REDIRECT", name == "ERR_UNSAFE_REDIRECT":
+		// A redirect loop, or a redirect to a URL that cannot be loaded,
+		// fails the same way every time: the site's fault, but a retry only
+		// spends the budget.
+		return e(faults.CodeNavigationFailed, faults.Unavailable, faults.Site).WithRetryable(false)
 	}
 	return e(faults.CodeNavigationFailed, faults.Unavailable, faults.Site)
 }

@@ -18,6 +18,12 @@ func classifyDial(err error, host string) error {
 	if _, ok := errors.AsType[*faults.Error](err); ok {
 		return err
 	}
+	if errors.Is(err, context.Canceled) {
+		// The caller gave up, also while the name was still resolving (a
+		// *net.DNSError wrapping the cancellation): no evidence against the
+		// resolver or the site.
+		return faults.Wrap(err, faults.CodeCanceled, faults.Canceled, faults.Client, "connect canceled")
+	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
 		if dnsErr.IsNotFound {
@@ -43,8 +49,6 @@ func classifyDial(err error, host string) error {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
 		return faults.Wrap(err, faults.CodeSiteTimeout, faults.Timeout, faults.Site,
 			fmt.Sprintf("connect %s: timed out", host))
-	case errors.Is(err, context.Canceled):
-		return faults.Wrap(err, faults.CodeCanceled, faults.Canceled, faults.Client, "connect canceled")
 	}
 	return faults.Wrap(err, faults.CodeSiteUnreachable, faults.Unavailable, faults.Site,
 		fmt.Sprintf("connect %s failed", host))

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/recordings"
@@ -265,30 +266,36 @@ func (s *Server) episodeRoutes() []route {
 // agentCall posts one request to path on a sandbox's agent, which serves
 // it or forwards it to the sandbox's browser or desktop daemon.
 func (s *Server) agentCall(ctx context.Context, sandboxID, path string, body any) (int, []byte, error) {
+	status, _, raw, err := s.agentCallHeader(ctx, sandboxID, path, body)
+	return status, raw, err
+}
+
+// agentCallHeader is agentCall that also returns the response's header.
+func (s *Server) agentCallHeader(ctx context.Context, sandboxID, path string, body any) (int, http.Header, []byte, error) {
 	if s.agentHTTP == nil {
-		return 0, nil, faults.New(faults.CodeKindUnsupported, faults.NotImplemented, faults.Platform, "this server does not forward to agents")
+		return 0, nil, nil, faults.New(faults.CodeKindUnsupported, faults.NotImplemented, faults.Platform, "this server does not forward to agents")
 	}
 	addr, err := s.mgr.AgentAddr(ctx, sandboxID)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	base, rt := s.agentHTTP(addr)
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base.String(), "/")+path, bytes.NewReader(b))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Transport: rt}).Do(req)
 	if err != nil {
 		if d := s.mgr.DeathFault(ctx, sandboxID); d != nil {
-			return 0, nil, d
+			return 0, nil, nil, d
 		}
-		return 0, nil, faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox, "the sandbox's agent did not answer")
+		return 0, nil, nil, faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox, "the sandbox's agent did not answer")
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	return resp.StatusCode, raw, err
+	return resp.StatusCode, resp.Header, raw, err
 }
 
 // envelopeError decodes an error answer of the agent.
@@ -598,8 +605,15 @@ func (s *Server) runStep(ctx context.Context, ep *episode, req map[string]any, r
 	sctx, cancel := context.WithTimeoutCause(ctx, ep.StepTimeout,
 		faults.Newf(faults.CodeEpisodeDeadline, faults.Timeout, faults.Policy, "step %d ran past its %s budget", ep.Steps+1, ep.StepTimeout))
 	defer cancel()
-	status, raw, err := s.agentCall(sctx, ep.SandboxID, path, body)
+	status, hdr, raw, err := s.agentCallHeader(sctx, ep.SandboxID, path, body)
 	info := episodeInfo{Step: ep.Steps}
+	if kind := hdr.Get(egress.HeaderInjected); kind != "" && !faults.IsNetwork(kind) {
+		// A step fault (a browser crash or hang) is tagged on the response
+		// only: its truth depends on its kind alone. Network faults come
+		// with their truth in the results.
+		truth := faults.TruthOf(faults.Injection{Kind: kind})
+		info.Injected = &truth
+	}
 	var resp struct {
 		OK      bool `json:"ok"`
 		Results []struct {

@@ -182,8 +182,9 @@ var errNoChange = errors.New("no change")
 //
 // On success the caller must call done exactly once with the request's
 // outcome (later calls do nothing): failures that are the site's or the
-// network's (see IsFailure) count toward opening the breaker; anything
-// else counts as success.
+// network's (see IsFailure) count toward opening the breaker; a
+// cancellation, or a failure that never reached the host, decides nothing
+// (a probe's slot is given back); anything else counts as success.
 //
 // If the Backend fails, the request is allowed and the failure logged
 // (at most every ten seconds):
@@ -282,6 +283,11 @@ func (t *Tracker) report(r *record, now time.Time, tk ticket, err error) bool {
 		// nothing about the host now.
 		return false
 	}
+	if silent(err) {
+		// The host was never heard from: the outcome decides nothing, but a
+		// probe gives its slot back so that another may go at once.
+		return tk.probe && r.releaseProbe(tk)
+	}
 	failed := IsFailure(err)
 	switch r.State {
 	case Closed:
@@ -371,6 +377,25 @@ func IsFailure(err error) bool {
 		return false
 	}
 	return f.Source == faults.Site || f.Source == faults.Network
+}
+
+// silent reports whether an outcome says nothing about the host either
+// way: the caller gave up before the host answered (a canceled dial, its
+// sandbox gone), the sandbox's own egress tunnel broke, or the Tracker
+// itself refused. Such an outcome neither counts as a failure nor, as a
+// success would, resets the run of failures or closes a half-open breaker.
+func silent(err error) bool {
+	if err == nil {
+		return false
+	}
+	f := faults.Of(err)
+	switch {
+	case f.Category == faults.Canceled:
+		return true
+	case f.Code == faults.CodeEgressUnavailable, f.Code == faults.CodeSiteUnavailable, f.Code == faults.CodeSiteRateLimited:
+		return true
+	}
+	return false
 }
 
 // describe is the LastError text of a failure: its class and safe message.

@@ -34,6 +34,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sitehealth.Backend) {
 	t.Run("FailedProbeReopens", func(t *testing.T) { testProbeReopens(t, newBackend(t)) })
 	t.Run("LostProbeIsReplaced", func(t *testing.T) { testLostProbe(t, newBackend(t)) })
 	t.Run("StaleOutcomesIgnored", func(t *testing.T) { testStaleOutcomes(t, newBackend(t)) })
+	t.Run("CanceledOutcomesDecideNothing", func(t *testing.T) { testCanceledOutcomes(t, newBackend) })
 	t.Run("SharedBetweenTrackers", func(t *testing.T) { testShared(t, newBackend(t)) })
 	t.Run("RateLimitSpacesRequests", func(t *testing.T) { testRateSpacing(t, newBackend(t)) })
 	t.Run("RateLimitDeadline", func(t *testing.T) { testRateDeadline(t, newBackend(t)) })
@@ -542,5 +543,44 @@ func testConcurrent(t *testing.T, b sitehealth.Backend) {
 	}
 	if len(all) != len(hosts) || total != workers*rounds {
 		t.Fatalf("%d hosts counted %d requests, want %d and %d: %+v", len(all), total, len(hosts), workers*rounds, all)
+	}
+}
+
+// A request its caller gave up on (the sandbox went away mid-dial) never
+// heard from the host: it neither closes a half-open breaker nor breaks a
+// run of failures. A canceled probe gives its slot back.
+func testCanceledOutcomes(t *testing.T, newBackend func(t *testing.T) sitehealth.Backend) {
+	canceled := []struct {
+		name string
+		err  error
+	}{
+		{"context canceled", context.Canceled},
+		{"classified", faults.Wrap(context.Canceled, faults.CodeCanceled, faults.Canceled, faults.Client, "connect canceled")},
+	}
+	for _, tt := range canceled {
+		t.Run(tt.name+"/half-open", func(t *testing.T) {
+			c := newClock()
+			tr := tracker(t, newBackend(t), c, sitehealth.Config{})
+			open(t, tr, "h.test")
+			c.Advance(openFor)
+			mustAllow(t, tr, "h.test", tt.err)
+			if s := status(t, tr, "h.test"); s.State != sitehealth.HalfOpen {
+				t.Fatalf("status after a canceled probe %+v, want still half_open", s)
+			}
+			// Its slot is free: the next request probes, and its failure re-opens.
+			mustAllow(t, tr, "h.test", err503)
+			if s := status(t, tr, "h.test"); s.State != sitehealth.Open {
+				t.Fatalf("status after a failed probe %+v, want open", s)
+			}
+		})
+		t.Run(tt.name+"/closed", func(t *testing.T) {
+			tr := tracker(t, newBackend(t), newClock(), sitehealth.Config{})
+			for _, err := range []error{err503, err503, tt.err, err503} {
+				mustAllow(t, tr, "h.test", err)
+			}
+			if s := status(t, tr, "h.test"); s.State != sitehealth.Open {
+				t.Fatalf("status %+v: a canceled request broke the run of failures", s)
+			}
+		})
 	}
 }
