@@ -616,6 +616,12 @@ func serveCDP(w http.ResponseWriter, r *http.Request, sess *browser.Session) err
 	if errors.As(err, &ce) {
 		code, text = ce.Code, ce.Text
 	}
+	if code == websocket.CloseAbnormalClosure || code == websocket.CloseTLSHandshake {
+		// One side went away without a close frame (a browser that
+		// died, a client that vanished). 1006 and 1015 must not be sent
+		// (RFC 6455 §7.4.1): clients fail on them as protocol errors.
+		code, text = websocket.CloseGoingAway, "peer connection lost"
+	}
 	msg := websocket.FormatCloseMessage(code, text)
 	deadline := time.Now().Add(time.Second)
 	_ = client.WriteControl(websocket.CloseMessage, msg, deadline)

@@ -151,17 +151,22 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 func (m *Metrics) Middleware() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
+		// Deferred: a response broken off on purpose (http.ErrAbortHandler,
+		// re-panicked past the recovery for net/http to drop the
+		// connection) is a request too.
+		defer func() {
+			status := c.Writer.Status()
+			if status == http.StatusOK && c.IsWebsocket() {
+				// A hijacked upgrade never writes through gin.
+				status = http.StatusSwitchingProtocols
+			}
+			m.observeRequest(c.FullPath(), c.Request.Method, status, time.Since(start))
+			for _, e := range c.Errors {
+				f := faults.Of(e.Err)
+				m.ObserveError(string(f.Category), string(f.Source), f.Code)
+			}
+		}()
 		c.Next()
-		status := c.Writer.Status()
-		if status == http.StatusOK && c.IsWebsocket() {
-			// A hijacked upgrade never writes through gin.
-			status = http.StatusSwitchingProtocols
-		}
-		m.observeRequest(c.FullPath(), c.Request.Method, status, time.Since(start))
-		for _, e := range c.Errors {
-			f := faults.Of(e.Err)
-			m.ObserveError(string(f.Category), string(f.Source), f.Code)
-		}
 	}
 }
 

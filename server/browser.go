@@ -31,13 +31,15 @@ func (s *Server) browserRoutes() []route {
 			query: []queryParam{{"screenshot", "string", "jpeg, png or none", false}, {"quality", "integer", "JPEG quality", false},
 				{"width", "integer", "downscale the screenshot to this width", false},
 				{"scale", "number", "downscale the screenshot by this factor (0–1]; width wins", false}, {"axtree", "boolean", "", false},
-				{"som", "boolean", "", false}, {"text", "boolean", "", false}},
+				{"som", "boolean", "", false}, {"text", "boolean", "", false},
+				{"marks", "boolean", "draw the set-of-marks boxes and ids on the screenshot", false}},
 			response: map[string]any{}, handler: s.toAgent("/browser/observation")},
 		{method: "GET", path: "/sandboxes/:id/browser/screenshot", summary: "Screenshot as image bytes (X-Orchard-Frame, X-Orchard-Scale headers)",
 			query: []queryParam{{"format", "string", "png or jpeg", false}, {"quality", "integer", "", false},
 				{"full_page", "boolean", "", false}, {"width", "integer", "scale down to this width", false},
-				{"scale", "number", "scale down by this factor (0–1]; width wins", false}},
-			handler: s.toAgent("/browser/screenshot")},
+				{"scale", "number", "scale down by this factor (0–1]; width wins", false},
+				{"marks", "boolean", "draw the set-of-marks boxes and ids on the screenshot", false}},
+			produces: "image/png", handler: s.toAgent("/browser/screenshot")},
 		{method: "POST", path: "/sandboxes/:id/browser/evaluate", summary: "Evaluate a JavaScript expression in the active tab: {expression} → {value}",
 			request: map[string]any{}, response: map[string]any{}, handler: s.toAgent("/browser/evaluate")},
 		{method: "GET", path: "/sandboxes/:id/browser/tabs", summary: "Open tabs", response: map[string]any{}, handler: s.toAgent("/browser/tabs")},
@@ -55,7 +57,7 @@ func (s *Server) browserRoutes() []route {
 			query: []queryParam{{"fps", "integer", "frames per second, at most 10 (default 5)", false},
 				{"quality", "integer", "JPEG quality (default 60)", false},
 				{"width", "integer", "scale frames down to this width (default the viewport's)", false}},
-			handler: s.toAgent("/browser/stream")},
+			produces: "multipart/x-mixed-replace", handler: s.toAgent("/browser/stream")},
 	}
 }
 

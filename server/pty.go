@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -16,6 +17,9 @@ import (
 // ptyPingInterval keeps PTY sessions alive through the sync SDK's 10 s
 // receive timeout (ORCHARD_COMPAT §3.17): any frame, pings included, resets it.
 const ptyPingInterval = 5 * time.Second
+
+// ptyWriteTimeout bounds one write to the client (the agent's own bound).
+const ptyWriteTimeout = 10 * time.Second
 
 // ptyMaxMessage is the largest frame either side may send (Orchard's 4 MiB).
 const ptyMaxMessage = 4 << 20
@@ -48,7 +52,13 @@ func (s *Server) pty(c *gin.Context) error {
 			break
 		}
 	}
-	client, err := upgrader.Upgrade(c.Writer, c.Request, hdr)
+	up := upgrader
+	up.Error = func(_ http.ResponseWriter, _ *http.Request, status int, reason error) {
+		// Handshake refusals are errors like any other: JSON, classified.
+		renderError(c, s.log, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client,
+			"/exec/pty is a WebSocket: "+reason.Error()).WithStatus(status))
+	}
+	client, err := up.Upgrade(c.Writer, c.Request, hdr)
 	if err != nil {
 		return nil // the upgrader has answered the client
 	}
@@ -92,16 +102,30 @@ func (s *Server) pty(c *gin.Context) error {
 		for {
 			mt, data, err := agentConn.ReadMessage()
 			if err != nil {
-				code, text := websocket.CloseNormalClosure, ""
-				if ce, ok := err.(*websocket.CloseError); ok {
-					code, text = ce.Code, ce.Text
-				}
 				writeMu.Lock()
-				_ = client.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
-				writeMu.Unlock()
+				defer writeMu.Unlock()
+				var ce *websocket.CloseError
+				if errors.As(err, &ce) && ce.Code != websocket.CloseAbnormalClosure && ce.Code != websocket.CloseTLSHandshake {
+					// The agent closed the session: pass its close on.
+					_ = client.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(ce.Code, ce.Text), time.Now().Add(time.Second))
+					return
+				}
+				// The agent's connection broke without a close frame (the
+				// agent or its sandbox died). 1006 must not be sent
+				// (RFC 6455 §7.4.1); tell the client as for an agent that
+				// cannot be reached (ORCHARD_COMPAT §3.17).
+				msg, _ := json.Marshal(map[string]string{"type": "error", "message": "agent unreachable: " + err.Error()})
+				_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+				_ = client.WriteMessage(websocket.TextMessage, msg)
+				_ = client.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4503, "agent unreachable"), time.Now().Add(time.Second))
 				return
 			}
 			writeMu.Lock()
+			// A client that cannot take a frame in this long is gone, as
+			// the agent also judges; without a deadline a client that stops
+			// reading holds this proxy (and the writeMu the pings wait
+			// for) forever, long after the agent ended the session.
+			_ = client.SetWriteDeadline(time.Now().Add(ptyWriteTimeout))
 			err = client.WriteMessage(mt, data)
 			writeMu.Unlock()
 			if err != nil {

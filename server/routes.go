@@ -129,8 +129,15 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	if err := decodeJSON(raw, &req); err != nil {
 		return err
 	}
-	if req.Image == "" && !strings.Contains(string(raw), `"image"`) {
+	// image is required and a string: look at the body's own key, not at
+	// whatever text the body holds (a label or id named "image").
+	var top map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &top)
+	switch img, ok := top["image"]; {
+	case !ok:
 		return errValidation(missingField("body", "image", jsonInput(raw)))
+	case string(img) == "null":
+		return errValidation(validationItem{Type: "string_type", Loc: []any{"body", "image"}, Msg: "Input should be a valid string", Input: nil})
 	}
 	p := manager.CreateParams{BlockNetwork: true}
 	if err := sandboxParams(&p, req, "body"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/gin-gonic/gin"
@@ -105,6 +106,10 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	e := s.engine
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
+	// gin's own trailing-slash redirect answers before any middleware
+	// runs (no X-Request-ID, not counted, an HTML body); NoRoute redirects
+	// instead, as Starlette does.
+	e.RedirectTrailingSlash = false
 	cfg.Metrics.SetSandboxSource(s.sandboxCounts)
 	if cfg.SiteHealth != nil {
 		cfg.Metrics.SetBreakerSource(func(ctx context.Context) map[string]int {
@@ -121,6 +126,11 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	}
 	e.Use(requestID(), cfg.Metrics.Middleware(), s.recovery())
 	e.NoRoute(func(c *gin.Context) {
+		if loc, ok := s.slashRedirect(c.Request); ok {
+			c.Header("Location", loc)
+			c.AbortWithStatus(http.StatusTemporaryRedirect)
+			return
+		}
 		renderError(c, s.log, faults.New(faults.CodeRouteNotFound, faults.NotFound, faults.Client, "Not Found"))
 	})
 	e.NoMethod(func(c *gin.Context) {
@@ -153,4 +163,46 @@ func (s *Server) wrap(h handlerFunc) gin.HandlerFunc {
 			renderError(c, s.log, err)
 		}
 	}
+}
+
+// slashRedirect is where a path that matches no route redirects to: the
+// same path with its trailing slash added or removed, when a route of the
+// request's method matches that (Starlette's redirect_slashes).
+func (s *Server) slashRedirect(r *http.Request) (string, bool) {
+	p := r.URL.Path
+	if p == "/" || p == "" {
+		return "", false
+	}
+	alt := strings.TrimSuffix(p, "/")
+	if alt == p {
+		alt = p + "/"
+	}
+	for _, rt := range s.routes {
+		if rt.method == r.Method && matchTemplate(rt.path, alt) {
+			if r.URL.RawQuery != "" {
+				alt += "?" + r.URL.RawQuery
+			}
+			return alt, true
+		}
+	}
+	return "", false
+}
+
+// matchTemplate reports whether path matches a gin route template whose
+// ":name" segments match any one non-empty segment.
+func matchTemplate(tmpl, path string) bool {
+	ts, ps := strings.Split(tmpl, "/"), strings.Split(path, "/")
+	if len(ts) != len(ps) {
+		return false
+	}
+	for i, t := range ts {
+		if strings.HasPrefix(t, ":") {
+			if ps[i] == "" {
+				return false
+			}
+		} else if t != ps[i] {
+			return false
+		}
+	}
+	return true
 }
