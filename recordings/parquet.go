@@ -55,9 +55,19 @@ type ParquetMetadata struct {
 // dataset.
 const imagePlaceholder = "<image>"
 
+// literalPlaceholder is what a "<image>" inside recorded text (a page
+// title, typed text, the question) becomes in the messages, so that every
+// "<image>" left stands for an entry of images.
+const literalPlaceholder = "< image>"
+
+// literal returns text with any "<image>" in it defused.
+func literal(text string) string {
+	return strings.ReplaceAll(text, imagePlaceholder, literalPlaceholder)
+}
+
 // parquetRow builds the export row.
 func (r *Recording) parquetRow(ctx context.Context) (ParquetRow, error) {
-	msgs := []ChatMessage{{Role: "user", Content: r.m.Question}}
+	msgs := []ChatMessage{{Role: "user", Content: literal(r.m.Question)}}
 	row := ParquetRow{Reward: r.m.Reward, Status: r.m.Outcome, Images: [][]byte{}}
 	if row.Status == "" {
 		row.Status = "running"
@@ -67,7 +77,7 @@ func (r *Recording) parquetRow(ctx context.Context) (ParquetRow, error) {
 			return row, err
 		}
 		if len(st.Action) > 0 {
-			msgs = append(msgs, ChatMessage{Role: "assistant", Content: string(st.Action)})
+			msgs = append(msgs, ChatMessage{Role: "assistant", Content: literal(string(st.Action))})
 		}
 		var content []string
 		if st.Screenshot != "" {
@@ -79,20 +89,20 @@ func (r *Recording) parquetRow(ctx context.Context) (ParquetRow, error) {
 			content = append(content, imagePlaceholder)
 		}
 		if st.URL != "" {
-			content = append(content, "URL: "+st.URL)
+			content = append(content, "URL: "+literal(st.URL))
 		}
 		if st.Title != "" {
-			content = append(content, "Title: "+st.Title)
+			content = append(content, "Title: "+literal(st.Title))
 		}
 		if st.Error != nil {
-			content = append(content, fmt.Sprintf("Error: %s: %s", st.Error.Code, st.Error.Message))
+			content = append(content, literal(fmt.Sprintf("Error: %s: %s", st.Error.Code, st.Error.Message)))
 		}
 		if len(content) > 0 {
 			msgs = append(msgs, ChatMessage{Role: "user", Content: strings.Join(content, "\n")})
 		}
 	}
 	if r.m.Answer != "" {
-		msgs = append(msgs, ChatMessage{Role: "assistant", Content: r.m.Answer})
+		msgs = append(msgs, ChatMessage{Role: "assistant", Content: literal(r.m.Answer)})
 	}
 	var err error
 	if row.Messages, err = marshalText(msgs); err != nil {

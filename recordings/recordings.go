@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -278,6 +279,7 @@ func (w *Writer) Append(st Step, screenshot []byte, ext string) error {
 		return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client,
 			"append to recording %s: screenshot path %q is not inside the recording", w.m.ID, st.Screenshot)
 	}
+	st.Action, st.Result = validUTF8(st.Action), validUTF8(st.Result)
 	line, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("append step %d to recording %s: %w", st.N, w.m.ID, err)
@@ -310,6 +312,7 @@ func (w *Writer) Finish(update func(*Manifest)) error {
 		update(&m)
 	}
 	m.ID, m.Version, m.Steps = w.m.ID, w.m.Version, w.m.Steps
+	m.Evaluation = validUTF8(m.Evaluation)
 	if m.FinishedAt == nil {
 		now := time.Now().UTC()
 		m.FinishedAt = &now
@@ -469,6 +472,7 @@ func readManifest(dir string) (Manifest, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("parse %s: %w", manifestFile, err)
 	}
+	m.Evaluation = validUTF8(m.Evaluation)
 	return m, nil
 }
 
@@ -498,12 +502,25 @@ func readSteps(name string) ([]Step, error) {
 			bad = fmt.Errorf("%s line %d: %w", stepsFile, line, err)
 			continue
 		}
+		st.Action, st.Result = validUTF8(st.Action), validUTF8(st.Result)
 		steps = append(steps, st)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
 	return steps, nil
+}
+
+// validUTF8 replaces invalid UTF-8 in raw JSON with U+FFFD, as
+// json.Marshal does for strings: encoding/json accepts and passes through
+// such bytes in a RawMessage, but JSON text must be UTF-8 (RFC 8259), and
+// readers such as Python's json reject it. In JSON that parses, bytes
+// outside ASCII only occur inside strings, so the result stays valid.
+func validUTF8(raw json.RawMessage) json.RawMessage {
+	if utf8.Valid(raw) {
+		return raw
+	}
+	return bytes.ToValidUTF8(raw, []byte("\uFFFD"))
 }
 
 func writeJSONAtomic(name string, v any) error {
