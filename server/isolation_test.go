@@ -31,6 +31,7 @@ func TestIsolation(t *testing.T) {
 		{"loopback only", "ls /sys/class/net", func(o string) bool { return strings.TrimSpace(o) == "lo" }},
 		{"host /root masked", "ls -a /root", func(o string) bool { return !strings.Contains(o, "orchard-mask-probe") }},
 		{"host /tmp masked", "ls -a /tmp | wc -l", func(o string) bool { return strings.TrimSpace(o) == "2" }},
+		{"host TLS keys masked", "ls -A /etc/ssl/private 2>/dev/null | wc -l", func(o string) bool { return strings.TrimSpace(o) == "0" }},
 		{"other sandbox's files invisible", "ls /workspace", func(o string) bool { return !strings.Contains(o, "secret") }},
 		{"other sandbox's processes invisible", "ps -e -o comm= | sort -u | tr '\\n' ' '", func(o string) bool { return !strings.Contains(o, "sleep") }},
 		{"own pid namespace", "cat /proc/1/cmdline | tr '\\0' ' '", func(o string) bool { return strings.Contains(o, "agent") }},

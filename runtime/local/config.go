@@ -64,6 +64,7 @@ func hostMasks(stateDir string, extra []string) masks {
 		hidden: []string{
 			"/work", "/mnt", "/media", "/srv", "/var/lib/orchard",
 			"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+			"/etc/ssl/private", // TLS private keys (ssl-cert's snakeoil key, a web server's)
 		},
 	}
 	if keys, _ := filepath.Glob("/etc/ssh/ssh_host_*key"); len(keys) > 0 {

@@ -155,6 +155,14 @@ func (l *Local) setupFullNetwork(id string, pid int) error {
 	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(hostIP, 30)}); err != nil {
 		return fail("address the host end", err)
 	}
+	// Strict reverse-path filtering on the host end: the kernel drops what
+	// arrives from the sandbox with any source but the sandbox's own
+	// address. Root in the sandbox has CAP_NET_RAW and writes its own IP
+	// headers; without this, a forged source left the host un-NATed, or
+	// NATed as another sandbox's (whose connection it then was).
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+name+"/rp_filter", []byte("1\n"), 0o644); err != nil {
+		return fail("filter the host end's sources", err)
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fail("bring the host end up", err)
 	}
