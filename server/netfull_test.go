@@ -4,16 +4,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
@@ -24,59 +19,11 @@ import (
 // with the address the request came from.
 func wanSite(t *testing.T) string {
 	t.Helper()
-	_, err := exec.LookPath("nft")
-	testenv.Require(t, "nftables", err == nil, "full-network mode needs nft")
-	name := fmt.Sprintf("orwan%d", os.Getpid()%100000)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	wan, err := netns.NewNamed(name) // switches this thread into it
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { wan.Close(); _ = netns.DeleteNamed(name) })
-	lo, _ := netlink.LinkByName("lo")
-	_ = netlink.LinkSetUp(lo)
-	if err := netns.Set(host); err != nil {
-		t.Fatal(err)
-	}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(name); err == nil {
-			_ = netlink.LinkDel(l)
-		}
+	var ln net.Listener
+	testenv.WAN(t, "orwan", "198.51.100.1/30", "198.51.100.2/30", func() (err error) {
+		ln, err = net.Listen("tcp", "198.51.100.2:0")
+		return err
 	})
-	hostEnd, _ := netlink.LinkByName(name)
-	peer, _ := netlink.LinkByName(name + "p")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(netlink.LinkSetNsFd(peer, int(wan)))
-	addr := func(s string) *netlink.Addr { a, _ := netlink.ParseAddr(s); return a }
-	must(netlink.AddrAdd(hostEnd, addr("198.51.100.1/30")))
-	must(netlink.LinkSetUp(hostEnd))
-	h, err := netlink.NewHandleAt(wan)
-	must(err)
-	defer h.Close()
-	in, err := h.LinkByName(name + "p")
-	must(err)
-	must(h.AddrAdd(in, addr("198.51.100.2/30")))
-	must(h.LinkSetUp(in))
-	// Listen from inside the namespace; the socket stays there.
-	must(netns.Set(wan))
-	ln, err := net.Listen("tcp", "198.51.100.2:0")
-	must(netns.Set(host))
-	must(err)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "from %s", r.RemoteAddr)
 	})}

@@ -3,15 +3,10 @@ package local
 import (
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/runtime"
@@ -22,57 +17,11 @@ import (
 // reports each datagram's source.
 func spoofWAN(t *testing.T) (addr string, from <-chan string) {
 	t.Helper()
-	_, err := exec.LookPath("nft")
-	testenv.Require(t, "nftables", err == nil, "full-network mode needs nft")
-	name := fmt.Sprintf("orsp%d", os.Getpid()%100000)
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	wan, err := netns.NewNamed(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { wan.Close(); _ = netns.DeleteNamed(name) })
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			_ = netns.Set(host)
-			t.Fatal(err)
-		}
-	}
-	lo, _ := netlink.LinkByName("lo")
-	_ = netlink.LinkSetUp(lo)
-	must(netns.Set(host))
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-	must(netlink.LinkAdd(veth))
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(name); err == nil {
-			_ = netlink.LinkDel(l)
-		}
+	var pc net.PacketConn
+	testenv.WAN(t, "orsp", "203.0.113.1/30", "203.0.113.2/30", func() (err error) {
+		pc, err = net.ListenPacket("udp4", "203.0.113.2:0")
+		return err
 	})
-	hostEnd, err := netlink.LinkByName(name)
-	must(err)
-	peer, err := netlink.LinkByName(name + "p")
-	must(err)
-	must(netlink.LinkSetNsFd(peer, int(wan)))
-	a := func(s string) *netlink.Addr { x, _ := netlink.ParseAddr(s); return x }
-	must(netlink.AddrAdd(hostEnd, a("203.0.113.1/30")))
-	must(netlink.LinkSetUp(hostEnd))
-	h, err := netlink.NewHandleAt(wan)
-	must(err)
-	defer h.Close()
-	in, err := h.LinkByName(name + "p")
-	must(err)
-	must(h.AddrAdd(in, a("203.0.113.2/30")))
-	must(h.LinkSetUp(in))
-	must(netns.Set(wan))
-	pc, err := net.ListenPacket("udp4", "203.0.113.2:0")
-	must(netns.Set(host))
-	must(err)
 	t.Cleanup(func() { pc.Close() })
 	ch := make(chan string, 16)
 	go func() {
@@ -119,8 +68,9 @@ my $udp = pack("nnnn", 40000, %s, 8 + length($p), 0) . $p;
 my $ip = pack("CCnnnCCna4a4", 0x45, 0, 20 + length($udp), 0, 0, 64, 17, 0, $src, $dst);
 send($s, $ip . $udp, 0, pack_sockaddr_in(0, $dst)) or die "send: $!";
 print "sent\n";`, host, port)
-	out, _ := agentExecForTest(t, l, "spoof", "perl -e '"+script+"'")
-	t.Logf("raw send in sandbox: %s", strings.TrimSpace(out))
+	if out, _ := agentExecForTest(t, l, "spoof", "perl -e '"+script+"'"); !strings.Contains(out, "sent") {
+		t.Fatalf("the raw send failed in the sandbox, so nothing is shown: %s", out)
+	}
 	select {
 	case got := <-from:
 		t.Errorf("a datagram with a forged source left the host: %q", got)
