@@ -24,24 +24,46 @@ const (
 // Formats lists the export formats in a stable order.
 var Formats = []string{FormatJSONL, FormatHTML, FormatGIF, FormatParquet, FormatMP4}
 
+// contentTypes are the export formats' content types.
+var contentTypes = map[string]string{
+	FormatJSONL:   "application/x-ndjson",
+	FormatHTML:    "text/html; charset=utf-8",
+	FormatGIF:     "image/gif",
+	FormatParquet: "application/vnd.apache.parquet",
+	FormatMP4:     "video/mp4",
+}
+
+// ContentType is the content type of an export in format, known before
+// the export is written; an unknown format is a classified error.
+func ContentType(format string) (string, error) {
+	if ct, ok := contentTypes[strings.ToLower(format)]; ok {
+		return ct, nil
+	}
+	return "", faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client,
+		"unknown export format %q (want one of %s)", format, strings.Join(Formats, ", "))
+}
+
 // Export writes the recording to w in format and returns the content type.
 // Unknown formats and missing tools fail before anything is written; an
 // error after the first byte means w holds a truncated export.
 func (r *Recording) Export(ctx context.Context, format string, w io.Writer) (string, error) {
+	ct, err := ContentType(format)
+	if err != nil {
+		return "", err
+	}
 	switch strings.ToLower(format) {
 	case FormatJSONL:
-		return "application/x-ndjson", r.exportJSONL(ctx, w)
+		err = r.exportJSONL(ctx, w)
 	case FormatHTML:
-		return "text/html; charset=utf-8", r.exportHTML(ctx, w)
+		err = r.exportHTML(ctx, w)
 	case FormatGIF:
-		return "image/gif", r.exportGIF(ctx, w)
+		err = r.exportGIF(ctx, w)
 	case FormatParquet:
-		return "application/vnd.apache.parquet", r.exportParquet(ctx, w)
+		err = r.exportParquet(ctx, w)
 	case FormatMP4:
-		return "video/mp4", r.exportMP4(ctx, w)
+		err = r.exportMP4(ctx, w)
 	}
-	return "", faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client,
-		"unknown export format %q (want one of %s)", format, strings.Join(Formats, ", "))
+	return ct, err
 }
 
 // JSONLLine is one line of the jsonl export. The first line has Type

@@ -27,13 +27,18 @@ func outCheck(text string) string {
 }
 
 // xtermCenter waits for the xterm window of desktop sandbox id to show
-// and stay put, and returns its middle in screen pixels. Staying put
-// matters: the window manager, when it starts after the xterm, reparents
-// and moves it, and a click at the old place misses.
+// and stay put, and for the shell in it to wait at its prompt, and returns
+// the window's middle in screen pixels. Staying put matters: the window
+// manager, when it starts after the xterm, reparents and moves it, and a
+// click at the old place misses. So does the shell: keys typed while it
+// starts can be lost as it sets up the terminal.
 func xtermCenter(t *testing.T, srv *testserver.Server, id string) (int, int) {
 	t.Helper()
 	j := execWait(t, srv, id, map[string]any{"command": `w() { xwininfo -root -tree | grep '("xterm"' | head -1; }
-prev=; for i in $(seq 100); do cur=$(w); [ -n "$cur" ] && [ "$cur" = "$prev" ] && break; prev=$cur; sleep 0.2; done; echo "$cur"`})
+prev=; for i in $(seq 100); do cur=$(w); [ -n "$cur" ] && [ "$cur" = "$prev" ] && break; prev=$cur; sleep 0.2; done
+for i in $(seq 100); do sh=$(pgrep -P "$(pgrep -xo xterm)" | head -1)
+  [ -n "$sh" ] && [ "$(cut -d' ' -f3 /proc/$sh/stat)" = S ] && grep -Eq 'tty|poll|select|wait_woken' /proc/$sh/wchan 2>/dev/null && break; sleep 0.1; done
+echo "$cur"`})
 	m := regexp.MustCompile(`(\d+)x(\d+)\+-?\d+\+-?\d+\s+\+(-?\d+)\+(-?\d+)`).FindStringSubmatch(j.Stdout)
 	if m == nil {
 		t.Fatalf("no xterm window: %q", j.Stdout)

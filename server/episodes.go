@@ -1134,11 +1134,47 @@ func (s *Server) exportRecording(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	ct, err := r.Export(c.Request.Context(), c.Query("format"), &buf)
+	format := c.Query("format")
+	ct, err := recordings.ContentType(format)
 	if err != nil {
 		return err
 	}
-	c.Data(http.StatusOK, ct, buf.Bytes())
+	// Written as it is made: a long recording's screenshots, inlined in
+	// the jsonl or HTML export, never sit in memory whole. An error before
+	// the first byte is answered as an error.
+	w := &lazyResponse{c: c, contentType: ct}
+	if _, err := r.Export(c.Request.Context(), format, w); err != nil {
+		if !w.started {
+			return err
+		}
+		// Too late for an error body: break the connection so that the
+		// client sees a failed transfer, not a short file.
+		s.log.Warn("recording export aborted", "recording_id", c.Param("id"), "format", format, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if !w.started {
+		w.start() // an empty export
+	}
 	return nil
+}
+
+// lazyResponse answers 200 with its content type at the first write.
+type lazyResponse struct {
+	c           *gin.Context
+	contentType string
+	started     bool
+}
+
+func (w *lazyResponse) start() {
+	w.started = true
+	w.c.Header("Content-Type", w.contentType)
+	w.c.Status(http.StatusOK)
+	w.c.Writer.WriteHeaderNow()
+}
+
+func (w *lazyResponse) Write(p []byte) (int, error) {
+	if !w.started {
+		w.start()
+	}
+	return w.c.Writer.Write(p)
 }
