@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -41,24 +39,10 @@ func TestEpisodeRecordingActions(t *testing.T) {
 	if a, _ := steps[1].(map[string]any)["action"].(map[string]any); a == nil || a["type"] != "click" {
 		t.Errorf("step 1 action is not the click the policy sent: %v", steps[1].(map[string]any)["action"])
 	}
-	get := func(path string) []byte {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		req.Header.Set("X-API-Key", srv.APIKey)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			t.Fatalf("GET %s: %d %s", path, res.StatusCode, b)
-		}
-		return b
-	}
-	if h := get("/recordings/" + id + "/export?format=html"); !bytes.Contains(h, []byte(`class="mark"`)) || !bytes.Contains(h, []byte("step 1: click")) {
+	if h, _ := getBody(t, srv, "/recordings/"+id+"/export?format=html"); !bytes.Contains(h, []byte(`class="mark"`)) || !bytes.Contains(h, []byte("step 1: click")) {
 		t.Error("html replay marks no click")
 	}
-	pq := get("/recordings/" + id + "/export?format=parquet")
+	pq, _ := getBody(t, srv, "/recordings/"+id+"/export?format=parquet")
 	rows, err := parquet.Read[recordings.ParquetRow](bytes.NewReader(pq), int64(len(pq)))
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("parquet: %v", err)

@@ -124,31 +124,17 @@ func TestEpisodes(t *testing.T) {
 	if m["outcome"] != "success" || m["task_id"] != "search-url" || len(rec.body["steps"].([]any)) != 4 {
 		t.Errorf("recording: %s", rec.raw)
 	}
-	get := func(path string) ([]byte, string) {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		req.Header.Set("X-API-Key", srv.APIKey)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			t.Fatalf("GET %s: %d %s", path, res.StatusCode, b)
-		}
-		return b, res.Header.Get("Content-Type")
-	}
-	if img, ct := get("/recordings/" + recID + "/steps/0/screenshot"); len(img) == 0 || !strings.HasPrefix(ct, "image/") {
+	if img, ct := getBody(t, srv, "/recordings/"+recID+"/steps/0/screenshot"); len(img) == 0 || !strings.HasPrefix(ct, "image/") {
 		t.Errorf("step screenshot: %s", ct)
 	}
-	if html, _ := get("/recordings/" + recID + "/export?format=html"); !bytes.Contains(html, []byte("data:image/")) {
+	if html, _ := getBody(t, srv, "/recordings/"+recID+"/export?format=html"); !bytes.Contains(html, []byte("data:image/")) {
 		t.Error("html replay has no screenshots")
 	}
-	g, _ := get("/recordings/" + recID + "/export?format=gif")
+	g, _ := getBody(t, srv, "/recordings/"+recID+"/export?format=gif")
 	if anim, err := gif.DecodeAll(bytes.NewReader(g)); err != nil || len(anim.Image) != 4 {
 		t.Errorf("gif: %v", err)
 	}
-	if pq, _ := get("/recordings/" + recID + "/export?format=parquet"); !bytes.HasPrefix(pq, []byte("PAR1")) {
+	if pq, _ := getBody(t, srv, "/recordings/"+recID+"/export?format=parquet"); !bytes.HasPrefix(pq, []byte("PAR1")) {
 		t.Error("parquet export is not a Parquet file")
 	}
 	list := call(t, srv, "GET", "/recordings", nil)

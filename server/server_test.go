@@ -71,6 +71,24 @@ func call(t testing.TB, srv *testserver.Server, method, path string, body any, k
 	return r
 }
 
+// getBody GETs a path that answers other than JSON (an export, an image)
+// and returns its body and content type; anything but 200 fails the test.
+func getBody(t testing.TB, srv *testserver.Server, path string) ([]byte, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srv.URL+path, nil)
+	req.Header.Set("X-API-Key", srv.APIKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, res.StatusCode, b)
+	}
+	return b, res.Header.Get("Content-Type")
+}
+
 func want(t testing.TB, r resp, status int) {
 	t.Helper()
 	if r.status != status {

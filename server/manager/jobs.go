@@ -591,50 +591,35 @@ func (m *Manager) finishJob(h held, jobID string, started float64, exit *api.Exe
 	return final
 }
 
-// finalWriteWindow bounds how long a job's final state is retried while
-// the store is unavailable: no one else will ever end the job while its
-// runner lives, so giving up leaves it unfinished for good.
-const finalWriteWindow = 30 * time.Second
-
-// errEndedElsewhere aborts a final write that found the job already ended.
 var errEndedElsewhere = errors.New("job already ended")
 
-// writeFinal stores a job's final state. A store outage is retried within
-// finalWriteWindow. A lost exec lease only fences the sandbox's other
+// writeFinal stores a job's final state, through a store outage
+// (throughOutage). A lost exec lease only fences the sandbox's other
 // writes: the job is still this runner's to end, so its final state is
 // written unfenced unless something else (a sweep) ended it meanwhile.
-func (m *Manager) writeFinal(h held, jobID string, fn func(*api.Job) error) (api.Job, error) {
+func (m *Manager) writeFinal(h held, jobID string, fn func(*api.Job) error) (j api.Job, err error) {
 	ctx := context.Background()
-	deadline := time.Now().Add(finalWriteWindow)
-	backoff := 50 * time.Millisecond
-	for {
-		var j api.Job
-		err := failpoint.Eval("manager.job.final")
-		if err == nil {
-			j, err = m.updateJob(ctx, h, jobID, fn)
-		}
-		if faults.Is(err, faults.CodeLockLost) {
-			h = held{}
-			j, err = m.st.UpdateJob(ctx, jobID, func(j *api.Job) error {
-				if j.Terminal() {
-					return errEndedElsewhere
-				}
-				return fn(j)
-			})
-			if errors.Is(err, errEndedElsewhere) {
-				return m.st.GetJob(ctx, jobID)
+	err = m.throughOutage(func() error {
+		if err := failpoint.Eval("manager.job.final"); err != nil {
+			if !faults.Is(err, faults.CodeLockLost) {
+				return err
 			}
+		} else if j, err = m.updateJob(ctx, h, jobID, fn); !faults.Is(err, faults.CodeLockLost) {
+			return err
 		}
-		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) || time.Now().After(deadline) {
-			return j, err
+		h = held{}
+		j, err = m.st.UpdateJob(ctx, jobID, func(j *api.Job) error {
+			if j.Terminal() {
+				return errEndedElsewhere
+			}
+			return fn(j)
+		})
+		if errors.Is(err, errEndedElsewhere) {
+			j, err = m.st.GetJob(ctx, jobID)
 		}
-		select {
-		case <-time.After(jitter(backoff)):
-		case <-m.stopping:
-			return j, err
-		}
-		backoff = min(backoff*2, 2*time.Second)
-	}
+		return err
+	})
+	return j, err
 }
 
 // DecodeUTF8 decodes b as UTF-8 the way Python's errors="replace" does:

@@ -704,30 +704,40 @@ func jitter(d time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)*3/10+1))
 }
 
-// outcomeWriteWindow bounds how long the outcome of a create is retried
-// while the store is unavailable: nothing else ever moves a record out of
-// pending, so a lost write leaves it pending until the pending timeout.
-const outcomeWriteWindow = 30 * time.Second
+// outageWindow bounds how long throughOutage retries: the writes it
+// carries are ones nothing else will ever make (a create's outcome moves
+// its record out of pending; a job's final state ends it while its runner
+// lives), so giving up early leaves them undone for good.
+const outageWindow = 30 * time.Second
 
-// recordOutcome applies a create's outcome to the sandbox's record,
-// retrying a store outage; not_found means the sandbox was deleted.
-func (m *Manager) recordOutcome(id string, fn func(*store.Sandbox) error) (store.Sandbox, error) {
-	deadline := time.Now().Add(outcomeWriteWindow)
+// throughOutage runs write until it does not fail with a store outage,
+// retrying with backoff for up to outageWindow or until the manager stops.
+func (m *Manager) throughOutage(write func() error) error {
+	deadline := time.Now().Add(outageWindow)
 	backoff := 50 * time.Millisecond
 	for {
-		var rec store.Sandbox
-		err := failpoint.Eval("manager.create.outcome")
-		if err == nil {
-			rec, err = m.st.UpdateSandbox(context.Background(), id, fn)
-		}
+		err := write()
 		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) || time.Now().After(deadline) {
-			return rec, err
+			return err
 		}
 		select {
 		case <-time.After(jitter(backoff)):
 		case <-m.stopping:
-			return rec, err
+			return err
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// recordOutcome applies a create's outcome to the sandbox's record,
+// through a store outage; not_found means the sandbox was deleted.
+func (m *Manager) recordOutcome(id string, fn func(*store.Sandbox) error) (rec store.Sandbox, err error) {
+	err = m.throughOutage(func() error {
+		if err := failpoint.Eval("manager.create.outcome"); err != nil {
+			return err
+		}
+		rec, err = m.st.UpdateSandbox(context.Background(), id, fn)
+		return err
+	})
+	return rec, err
 }
