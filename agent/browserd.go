@@ -59,6 +59,8 @@ type BrowserOptions struct {
 	// page must be quiet; when to stop early if nothing happened).
 	SettleQuietMS int `json:"settle_quiet_ms,omitempty"`
 	SettleIdleMS  int `json:"settle_idle_ms,omitempty"`
+	// PlainSettle: see browser.Options.PlainSettle.
+	PlainSettle bool `json:"plain_settle,omitempty"`
 	// NavigationRetry retries page loads that fail with retryable site or
 	// network errors.
 	NavigationRetry *browser.RetryPolicy `json:"navigation_retry,omitempty"`
@@ -76,6 +78,7 @@ func (o BrowserOptions) session(log *slog.Logger) browser.Options {
 	bo.SettleTimeout = time.Duration(o.SettleTimeoutMS) * time.Millisecond
 	bo.SettleQuiet = time.Duration(o.SettleQuietMS) * time.Millisecond
 	bo.SettleIdle = time.Duration(o.SettleIdleMS) * time.Millisecond
+	bo.PlainSettle = o.PlainSettle
 	if o.NavigationRetry != nil {
 		bo.NavigationRetry = *o.NavigationRetry
 	}

@@ -25,9 +25,9 @@ func TestBrowserOptionsSession(t *testing.T) {
 				t.Error("fast_frames not passed on")
 			}
 		}},
-		{"settle and timeouts", `{"settle_quiet_ms": 30, "settle_idle_ms": 10, "call_timeout_ms": 2000, "auto_accept_dialogs": true}`, func(t *testing.T, o BrowserOptions) {
+		{"settle and timeouts", `{"settle_quiet_ms": 30, "settle_idle_ms": 10, "plain_settle": true, "call_timeout_ms": 2000, "auto_accept_dialogs": true}`, func(t *testing.T, o BrowserOptions) {
 			so := o.session(slog.Default())
-			if so.SettleQuiet != 30*time.Millisecond || so.SettleIdle != 10*time.Millisecond || so.CallTimeout != 2*time.Second || !so.AutoAcceptDialogs {
+			if so.SettleQuiet != 30*time.Millisecond || so.SettleIdle != 10*time.Millisecond || !so.PlainSettle || so.CallTimeout != 2*time.Second || !so.AutoAcceptDialogs {
 				t.Errorf("got %+v", so)
 			}
 		}},

@@ -379,7 +379,7 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	}
 
 	t.mu.Lock()
-	navsBefore := t.navs
+	navsBefore, reqsBefore := t.navs, t.reqs
 	t.mu.Unlock()
 
 	switch a.Type {
@@ -418,7 +418,7 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
-	t.settle(ctx, s.opts.SettleTimeout)
+	t.settleAfter(ctx, s.opts.SettleTimeout, reqsBefore)
 	// An action that navigated the page (a link, a form) reports the
 	// site's failure, so a step that landed on an error page says so.
 	t.mu.Lock()

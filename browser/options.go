@@ -69,6 +69,12 @@ type Options struct {
 	SettleIdle time.Duration
 	// SettleTimeout caps the wait for quiet after an action. Default 2.5 s.
 	SettleTimeout time.Duration
+	// PlainSettle leaves pages uninstrumented: the settle wait then always
+	// runs out its idle or quiet window. By default a script installed in
+	// every document (pending.js, which a page can see) counts the timers
+	// and animation-frame callbacks it has scheduled and the navigation it
+	// started, and the wait ends once none is left after a 10 ms floor.
+	PlainSettle bool
 	// NavigationTimeout caps a navigate, back, forward or reload waiting for
 	// the load event. Default 30 s.
 	NavigationTimeout time.Duration

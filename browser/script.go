@@ -15,6 +15,9 @@ var pageJS string
 //go:embed pacer.js
 var pacerJS string
 
+//go:embed pending.js
+var pendingJS string
+
 // libExpr is an expression that installs the page library in the current
 // document if needed (under a symbol, not enumerable) and calls it.
 func libExpr(call string) string {

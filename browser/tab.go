@@ -61,7 +61,11 @@ type tab struct {
 	inflight map[network.RequestID]time.Time
 	// docRequests are the main frame's document requests in flight.
 	docRequests map[network.RequestID]string
-	loading     bool
+	// reqs counts the requests sent; lastSettle is why the last settle
+	// wait ended (settleJS).
+	reqs       int64
+	lastSettle string
+	loading    bool
 	// loads counts main-frame load events; loaded is the loader of the last.
 	loads  int64
 	loaded cdp.LoaderID
@@ -181,6 +185,13 @@ func (t *tab) setup(ctx context.Context) error {
 	if t.s.shell {
 		if _, err := cdp.Call(ctx, t.target, page.SetFontFamilies, page.SetFontFamiliesParams{FontFamilies: &shellFonts}); err != nil {
 			return fmt.Errorf("set font families: %w", err)
+		}
+	}
+	if !o.PlainSettle {
+		if _, err := cdp.Call(ctx, t.target, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: pendingJS, RunImmediately: new(true),
+		}); err != nil {
+			return fmt.Errorf("install pending-work tracker: %w", err)
 		}
 	}
 	if o.FastFrames {
@@ -327,6 +338,7 @@ func (t *tab) onEvent(ev any) {
 			return
 		}
 		t.inflight[ev.RequestID] = time.Now()
+		t.reqs++
 		if ev.Type == network.ResourceTypeDocument && isMain(ev.FrameID) && ev.Request != nil {
 			t.docRequests[ev.RequestID] = ev.Request.URL
 		}
@@ -417,22 +429,64 @@ func (t *tab) busyLocked() bool {
 }
 
 // settleJS resolves once the document has had no mutation for quiet ms
-// after its last one, or saw none at all for idle ms, or after max ms.
-const settleJS = `(function(quiet, idle, max){return new Promise(function(resolve){
-var start=performance.now(), last=start, seen=false, mo=null;
+// after its last one, or saw none at all for idle ms, or after max ms —
+// or, with floor ≥ 0, as soon as a frame was drawn (what input changes
+// without script, a scroll, shows then) and floor ms have passed (since
+// the start and since the last mutation) with no work pending in the
+// document or
+// its frames (pending.js: timers due within quiet ms, frame callbacks, a
+// navigation under way). A frame without the tracker (cross-origin, not
+// yet scripted) makes the pending work unknown: the windows apply. It
+// resolves to why it ended.
+const settleJS = `(function(quiet, idle, max, floor){return new Promise(function(resolve){
+var K=Symbol.for('orchard.pending'), T=window[K], st=T?T.setTimeout:setTimeout;
+var start=performance.now(), last=start, seen=false, mo=null, framed=false;
+if(floor>=0&&T&&T.requestAnimationFrame)T.requestAnimationFrame.call(window,function(){framed=true});
 try{mo=new MutationObserver(function(){last=performance.now();seen=true});mo.observe(document,{subtree:true,childList:true,attributes:true,characterData:true});}catch(e){}
-function tick(){var now=performance.now();
-if((seen?now-last>=quiet:now-start>=idle)||now-start>=max){if(mo)mo.disconnect();resolve(now-start);return}
-setTimeout(tick,Math.max(5,Math.min((seen?quiet-(now-last):idle-(now-start)),50)))}
-setTimeout(tick,Math.min(idle,max));})})`
+function pend(win,depth){var P=win[K];if(!P)return -1;var n=P.pending(quiet);
+for(var i=0;i<win.frames.length;i++){if(depth>3||i>=50)return -1;var c;try{c=pend(win.frames[i],depth+1)}catch(e){return -1}if(c<0)return -1;n+=c}return n}
+function end(how){if(mo)mo.disconnect();resolve(how)}
+function tick(){var now=performance.now(),p=-1;
+if(floor>=0&&framed&&now-start>=floor&&(!seen||now-last>=floor)){try{p=pend(window,0)}catch(e){}if(p===0)return end('nothing pending')}
+if(seen?now-last>=quiet:now-start>=idle)return end(seen?'quiet':'idle');
+if(now-start>=max)return end('timeout');
+var next=seen?quiet-(now-last):idle-(now-start);if(floor>=0)next=Math.min(next,5);
+st.call(window,tick,Math.max(floor>=0?1:5,Math.min(next,50)))}
+st.call(window,tick,floor>=0?Math.min(floor,idle,max):Math.min(idle,max));})})`
+
+// settleFloor is the least the settle wait lasts when the page's tracker
+// sees nothing pending: time for what the tracker cannot see (a message
+// posted to the page itself, a worker's answer) to begin.
+const settleFloor = 10 * time.Millisecond
 
 // settle waits, within limit, for the page to be quiet: loaded, no
 // request in flight, and no DOM mutation for SettleQuiet after the last
-// one (or none at all for SettleIdle). It never fails the action: a page
-// that does not settle in time is observed as it is.
+// one (or none at all for SettleIdle) — or nothing pending in the page
+// (pending.js) after settleFloor. It never fails the action: a page that
+// does not settle in time is observed as it is.
 func (t *tab) settle(ctx context.Context, limit time.Duration) {
+	t.settleAfter(ctx, limit, t.requests())
+}
+
+// requests is how many requests the tab has sent so far.
+func (t *tab) requests() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reqs
+}
+
+// settleAfter is settle for an action that began when the tab had sent
+// reqs requests: one the action itself sent counts as seen.
+func (t *tab) settleAfter(ctx context.Context, limit time.Duration, reqs int64) {
 	quiet, idle, limit := t.s.settleParams(ctx, limit)
 	deadline := time.Now().Add(limit)
+	// The tracker cannot follow a response into the page's handlers (its
+	// body read, the parse): once a request was seen during the wait, the
+	// rest of it keeps to the windows.
+	floor := min(settleFloor, idle)
+	if t.s.opts.PlainSettle {
+		floor = -1
+	}
 	for i := 0; i < 4; i++ {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
@@ -449,19 +503,24 @@ func (t *tab) settle(ctx context.Context, limit time.Duration) {
 		if left <= 0 {
 			return
 		}
-		expr := fmt.Sprintf("%s(%d,%d,%d)", settleJS, quiet.Milliseconds(), idle.Milliseconds(), left.Milliseconds())
-		_, err := t.eval(ctx, expr, true, left+time.Second)
+		expr := fmt.Sprintf("%s(%d,%d,%d,%d)", settleJS, quiet.Milliseconds(), idle.Milliseconds(), left.Milliseconds(), floor.Milliseconds())
+		how, err := t.eval(ctx, expr, true, left+time.Second)
 		if err != nil && (t.openDialog() != nil || ctx.Err() != nil) {
 			return
 		}
 		// err: the document went away under the script (a navigation);
 		// the loop waits for the new one.
-		var busy, loading bool
+		var busy, loading, requested bool
 		t.mu.Lock()
-		busy, loading = t.busyLocked(), t.loading
+		busy, loading, requested = t.busyLocked(), t.loading, t.reqs != reqs
+		t.lastSettle = string(how)
 		t.mu.Unlock()
-		if err == nil && !busy && !loading {
+		early := string(how) == `"nothing pending"`
+		if err == nil && !busy && !loading && !(early && requested) {
 			return
+		}
+		if requested {
+			floor = -1
 		}
 		t.waitUntil(ctx, time.Until(deadline), func() bool { return !t.busyLocked() && !t.loading || t.dialog != nil })
 	}

@@ -35,13 +35,17 @@ var browserStep = map[string]any{
 // benchBrowser creates a browser sandbox (800×600), waits for it, writes
 // testPage to /workspace/page.html and navigates to it. It returns the
 // sandbox id and the time from POST /sandboxes to ready.
-// ORCHARD_BENCH_FAST_FRAMES=1 creates it with `"fast_frames": true`;
+// ORCHARD_BENCH_FAST_FRAMES=1 creates it with `"fast_frames": true`,
+// ORCHARD_BENCH_PLAIN_SETTLE=1 with `"plain_settle": true`;
 // ORCHARD_BENCH_ENGINE=chromium|headless-shell sets its `engine`.
 func benchBrowser(b testing.TB, srv *testserver.Server, memory string) (string, time.Duration) {
 	b.Helper()
 	settings := map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}
 	if os.Getenv("ORCHARD_BENCH_FAST_FRAMES") == "1" {
 		settings["fast_frames"] = true
+	}
+	if os.Getenv("ORCHARD_BENCH_PLAIN_SETTLE") == "1" {
+		settings["plain_settle"] = true
 	}
 	if e := os.Getenv("ORCHARD_BENCH_ENGINE"); e != "" {
 		settings["engine"] = e
@@ -160,9 +164,10 @@ func logPSS(b testing.TB, id string) {
 }
 
 // BenchmarkBrowserStep: one RL step through POST /browser/actions, p50/p90.
-// "button" clicks the button (its handler changes the page, so the action
-// waits the settle quiet window); "blank" clicks where nothing reacts (the
-// settle wait ends at the idle window); "observe" is the observation alone;
+// "button" clicks the button (its handler changes the page); "blank" clicks
+// where nothing reacts; in both the settle wait ends once the page has
+// nothing pending, or with `plain_settle` at the idle window; "observe" is
+// the observation alone;
 // "navigate" reloads the page by navigating to it. The "-settle30" cases
 // send a request-level settle of 30 ms quiet / 10 ms idle instead of the
 // defaults (250 / 100). "memory" steps, then reports the PSS summed over the
