@@ -30,19 +30,20 @@ const (
 	ButtonForward    Button = 9
 )
 
-// remapSettle is how long a type or key action keeps keycodes it borrowed
-// for characters missing from the keyboard map before it restores them.
-// A client learns of a mapping change from MappingNotify and re-reads the
-// map when it handles that event; if the map were restored before then, it
-// would read the restored map and drop the character, or, when the keycode
-// was borrowed again meanwhile, type the later character in its place. An
-// idle client handles its events within a millisecond or two, but every
-// mapping change also makes the window manager grab its key bindings
-// afresh (openbox: hundreds of requests), and a text that borrows and
-// restores a few dozen keycodes keeps the server busy enough that xterm
-// has been measured lagging past 60 ms, typing wrong characters in one
-// of five 32-letter Cyrillic texts. 150 ms had no loss in 60 such texts,
-// also under the race detector.
+// remapSettle is how long a keycode borrowed for a character missing from
+// the keyboard map keeps that mapping after its last use before it may be
+// mapped to another character. A client learns of a mapping change from
+// MappingNotify and re-reads the map when it handles that event; if the
+// keycode were remapped before then, it would read the new map and type
+// the later character in place of the earlier, or drop it. An idle client
+// handles its events within a millisecond or two, but every mapping change
+// also makes the window manager grab its key bindings afresh (openbox:
+// hundreds of requests), and a text that borrows a few dozen keycodes
+// keeps the server busy enough that xterm has been measured lagging past
+// 60 ms. 150 ms had no loss in 60 32-letter Cyrillic texts, also under the
+// race detector. Borrowed keycodes keep their mapping after the action
+// (they are taken back least recently used first), so the last characters
+// of a text never wait on it, nor race it on a loaded machine.
 const remapSettle = 150 * time.Millisecond
 
 // syncEvery bounds how many synthetic events are sent between round trips,
@@ -69,9 +70,34 @@ type keymap struct {
 	// pos is where each keysym is found: the first keycode that has it
 	// without shift, else the first that has it with shift.
 	pos map[xproto.Keysym]keyPress
-	// spare are keycodes with no keysym at all, highest first: the ones
-	// borrowed to type keysyms the map lacks.
+	// spare are the keycodes that may be borrowed to type keysyms the map
+	// lacks, highest first: those with no keysym at all and those already
+	// lent (xconn.loans).
 	spare []xproto.Keycode
+}
+
+func allNoSymbol(syms []xproto.Keysym) bool {
+	for _, ks := range syms {
+		if ks != ksNoSymbol {
+			return false
+		}
+	}
+	return true
+}
+
+// lentAs reports whether syms is the mapping a loan of ks gave its
+// keycode: ks on the first two levels, which the server's keyboard
+// extension may copy to more (its second group).
+func lentAs(syms []xproto.Keysym, ks xproto.Keysym) bool {
+	if len(syms) == 0 || syms[0] != ks {
+		return false
+	}
+	for _, s := range syms {
+		if s != ks && s != ksNoSymbol {
+			return false
+		}
+	}
+	return true
 }
 
 // keyPress is a keycode and whether shift must be held to get the keysym.
@@ -116,12 +142,17 @@ func (x *xconn) keymap() (*keymap, error) {
 		}
 	}
 	for i := n - 1; i >= 0; i-- {
-		empty := true
-		for _, ks := range r.Keysyms[i*km.per : (i+1)*km.per] {
-			empty = empty && ks == ksNoSymbol
-		}
-		if empty {
-			km.spare = append(km.spare, km.min+xproto.Keycode(i))
+		kc := km.min + xproto.Keycode(i)
+		syms := r.Keysyms[i*km.per : (i+1)*km.per]
+		l := x.loans[kc]
+		switch {
+		case l != nil && lentAs(syms, l.ks):
+			km.spare = append(km.spare, kc)
+		case allNoSymbol(syms):
+			delete(x.loans, kc)
+			km.spare = append(km.spare, kc)
+		default: // mapped by another client since
+			delete(x.loans, kc)
 		}
 	}
 	x.keys = km
@@ -219,61 +250,109 @@ func abs(v int) int {
 	return v
 }
 
-// borrowed tracks spare keycodes mapped to keysyms for one action.
+// loan is a spare keycode mapped to a keysym the keyboard map lacks, and
+// when it was last typed on (after the server had the events).
+type loan struct {
+	ks   xproto.Keysym
+	used time.Time
+}
+
+// borrowed tracks the loans one action types on.
 type borrowed struct {
 	x    *xconn
 	km   *keymap
-	used map[xproto.Keysym]xproto.Keycode
+	used map[xproto.Keycode]bool
 }
 
-// press returns how to type ks: from the keymap, or on a spare keycode
-// mapped to it now. ok is false when every spare keycode is in use.
+// press returns how to type ks: from the keymap (where earlier loans
+// are), or on a spare keycode mapped to it now. ok is false when every
+// spare keycode is in use by this action.
 func (b *borrowed) press(ks xproto.Keysym) (keyPress, bool, error) {
 	if p, found := b.km.pos[ks]; found {
+		if b.x.loans[p.code] != nil {
+			b.mark(p.code)
+		}
 		return p, true, nil
 	}
-	if kc, found := b.used[ks]; found {
-		return keyPress{code: kc}, true, nil
+	if len(b.km.spare) == 0 {
+		return keyPress{}, false, fmt.Errorf("keysym 0x%x is not in the keyboard map and no keycode is free to map it", uint32(ks))
 	}
-	if len(b.used) >= len(b.km.spare) {
-		if len(b.km.spare) == 0 {
-			return keyPress{}, false, fmt.Errorf("keysym 0x%x is not in the keyboard map and no keycode is free to map it", uint32(ks))
-		}
+	kc, ok := b.pick()
+	if !ok {
 		return keyPress{}, false, nil
 	}
-	kc := b.km.spare[len(b.used)]
+	if l := b.x.loans[kc]; l != nil {
+		if wait := remapSettle - time.Since(l.used); wait > 0 {
+			b.x.extend(wait)
+			time.Sleep(wait)
+		}
+		if p, ok := b.km.pos[l.ks]; ok && p.code == kc {
+			delete(b.km.pos, l.ks)
+		}
+	}
 	// Both levels carry the keysym, so a held shift does not change it.
 	syms := []xproto.Keysym{ks, ks}
 	xproto.ChangeKeyboardMapping(b.x.c, 1, kc, 2, syms)
-	if b.used == nil {
-		b.used = make(map[xproto.Keysym]xproto.Keycode)
-	}
-	b.used[ks] = kc
+	b.x.loans[kc] = &loan{ks: ks}
+	b.km.pos[ks] = keyPress{code: kc}
+	b.mark(kc)
 	return keyPress{code: kc}, true, nil
 }
 
-// restore gives the borrowed keycodes back their empty mapping, after the
-// clients had time to read the borrowed one (see remapSettle).
-func (b *borrowed) restore() error {
+func (b *borrowed) mark(kc xproto.Keycode) {
+	if b.used == nil {
+		b.used = make(map[xproto.Keycode]bool)
+	}
+	b.used[kc] = true
+}
+
+// pick returns a spare keycode never lent, else the loan used longest ago
+// that this action has not typed on.
+func (b *borrowed) pick() (xproto.Keycode, bool) {
+	var best *loan
+	var code xproto.Keycode
+	for _, kc := range b.km.spare {
+		l := b.x.loans[kc]
+		if l == nil {
+			return kc, true
+		}
+		if !b.used[kc] && (best == nil || l.used.Before(best.used)) {
+			best, code = l, kc
+		}
+	}
+	return code, best != nil
+}
+
+// finish ends the action's use of its loans: once the server has its
+// events, their clocks start (see remapSettle).
+func (b *borrowed) finish() error {
 	if len(b.used) == 0 {
 		return nil
 	}
-	if err := b.x.sync(); err != nil {
-		return err
-	}
-	// A long text of characters the map lacks restores hundreds of times:
-	// the waits are the action's own, not the X server's slowness.
-	b.x.extend(remapSettle)
-	time.Sleep(remapSettle)
-	empty := make([]xproto.Keysym, b.km.per)
-	for _, kc := range b.used {
-		xproto.ChangeKeyboardMapping(b.x.c, 1, kc, byte(b.km.per), empty)
+	err := b.x.sync()
+	now := time.Now()
+	for kc := range b.used {
+		if l := b.x.loans[kc]; l != nil {
+			l.used = now
+		}
 	}
 	clear(b.used)
 	// Our own changes mark the cached map stale; it is still right.
-	err := b.x.sync()
 	b.x.keysStale.Store(false)
 	return err
+}
+
+// restore makes every spare keycode this action typed on free to map
+// again: it waits until the clients had time to read their mappings.
+func (b *borrowed) restore() error {
+	if err := b.finish(); err != nil {
+		return err
+	}
+	// A long text of characters the map lacks waits here hundreds of
+	// times: the waits are the action's own, not the X server's slowness.
+	b.x.extend(remapSettle)
+	time.Sleep(remapSettle)
+	return nil
 }
 
 // typeText types text one character at a time: a key press and release
@@ -292,15 +371,15 @@ func (x *xconn) typeText(ctx context.Context, text string) error {
 	sent := 0
 	for _, r := range text {
 		if err := ctx.Err(); err != nil {
-			return errors.Join(context.Cause(ctx), b.restore())
+			return errors.Join(context.Cause(ctx), b.finish())
 		}
 		ks, ok := runeKeysym(r)
 		if !ok {
-			return errors.Join(fmt.Errorf("cannot type %U", r), b.restore())
+			return errors.Join(fmt.Errorf("cannot type %U", r), b.finish())
 		}
 		p, ok, err := b.press(ks)
 		if err != nil {
-			return errors.Join(err, b.restore())
+			return errors.Join(err, b.finish())
 		}
 		if !ok { // every spare keycode is taken: give them back and go on
 			if err := b.restore(); err != nil {
@@ -327,7 +406,7 @@ func (x *xconn) typeText(ctx context.Context, text string) error {
 	if err := x.sync(); err != nil {
 		return err
 	}
-	return b.restore()
+	return b.finish()
 }
 
 // pressChords presses each chord in turn: its keys down in order, held
@@ -356,13 +435,13 @@ func (x *xconn) pressChords(ctx context.Context, chords []chord, hold time.Durat
 			}
 		}
 		if err != nil {
-			return errors.Join(err, b.restore())
+			return errors.Join(err, b.finish())
 		}
 		if err := x.holdKeys(ctx, codes, hold); err != nil {
-			return errors.Join(err, b.restore())
+			return errors.Join(err, b.finish())
 		}
 	}
-	return b.restore()
+	return b.finish()
 }
 
 // chordCodes returns the keycodes to press for chord c, with shift where

@@ -281,7 +281,7 @@ func TestKeyChords(t *testing.T) {
 			t.Errorf("%s: last key %#x with state %#x; want %#x with %#x", tc.keys, keysym(last.Detail), last.State, tc.last, tc.state)
 		}
 	}
-	// A key the map lacks is typed on a borrowed keycode, then given back.
+	// A key the map lacks is typed on a borrowed keycode.
 	pr.drain()
 	mustDo(t, s, Action{Type: ActKey, Keys: "ctrl+é"})
 	if ev := pr.next(t, "KeyPress", func(ev xgb.Event) bool {
@@ -487,5 +487,59 @@ func TestTypeLongUnmappedText(t *testing.T) {
 	}
 	if d := time.Since(start); d < 2*xOpTimeout {
 		t.Fatalf("typed in %v: too quickly to show that the waits are not counted", d)
+	}
+}
+
+// A client that reads the keyboard map late — long after the action that
+// typed on borrowed keycodes returned, as a client on a loaded machine
+// does — still reads every character there: the loans outlive the action.
+func TestLateReaderGetsBorrowedKeys(t *testing.T) {
+	s := sharedSession(t)
+	pr := newProbe(t, s, image.Rect(700, 200, 800, 300), xproto.EventMaskKeyPress)
+	pr.focus(t)
+	const text = "ΩЖחשׂ"
+	pr.drain()
+	mustDo(t, s, Action{Type: ActType, Text: text})
+	var codes []xproto.Keycode
+	for range []rune(text) {
+		ev := pr.next(t, "KeyPress", func(ev xgb.Event) bool { _, ok := ev.(xproto.KeyPressEvent); return ok })
+		codes = append(codes, ev.(xproto.KeyPressEvent).Detail)
+	}
+	time.Sleep(2 * remapSettle)
+	setup := xproto.Setup(pr.c)
+	km, err := xproto.GetKeyboardMapping(pr.c, setup.MinKeycode, byte(setup.MaxKeycode-setup.MinKeycode+1)).Reply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []rune
+	for _, kc := range codes {
+		ks := km.Keysyms[int(kc-setup.MinKeycode)*int(km.KeysymsPerKeycode)]
+		got = append(got, rune(ks&^0x01000000))
+	}
+	if string(got) != text {
+		t.Errorf("read the map %v after typing %q: the keys pressed map to %q", 2*remapSettle, text, string(got))
+	}
+}
+
+// A keycode counts as still lent when the server reports the loan's
+// mapping, however its keyboard extension spread it over the levels.
+func TestLentAs(t *testing.T) {
+	const ks, other xproto.Keysym = 0x10003a9, 0x61
+	for _, c := range []struct {
+		name string
+		syms []xproto.Keysym
+		want bool
+	}{
+		{"as lent", []xproto.Keysym{ks, ks}, true},
+		{"padded", []xproto.Keysym{ks, ks, 0, 0, 0, 0, 0}, true},
+		{"copied to the second group", []xproto.Keysym{ks, ks, ks, ks, 0, 0, 0}, true},
+		{"remapped", []xproto.Keysym{other, other, 0, 0}, false},
+		{"another keysym beside it", []xproto.Keysym{ks, other}, false},
+		{"emptied", []xproto.Keysym{0, 0, 0}, false},
+		{"no levels", nil, false},
+	} {
+		if got := lentAs(c.syms, ks); got != c.want {
+			t.Errorf("%s: lentAs(%v) = %v, want %v", c.name, c.syms, got, c.want)
+		}
 	}
 }

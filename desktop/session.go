@@ -203,8 +203,13 @@ type Session struct {
 	frames   []Frame
 	frameSeq int64
 
-	xsem chan struct{} // the X lock: one X operation at a time; guards conn
+	xsem chan struct{} // the X lock: one X operation at a time; guards conn and loans
 	conn *xconn
+	// loans are the keycodes lent to characters the keyboard map lacks on
+	// the X server of generation loansGen; every connection to it shares
+	// them, so one that breaks loses none.
+	loans    map[xproto.Keycode]*loan
+	loansGen uint64
 
 	framePool sync.Pool // screen-sized *image.RGBA
 	pngPool   pngBuffers
@@ -1135,6 +1140,10 @@ func (s *Session) connLocked(ctx context.Context) (*xconn, error) {
 			return nil, faults.Newf(faults.CodeInternal, faults.Internal, faults.Desktop,
 				"the X screen is %dx%d, not %dx%d", x.w, x.h, s.width, s.height)
 		}
+		if s.loans == nil || s.loansGen != gen {
+			s.loans, s.loansGen = map[xproto.Keycode]*loan{}, gen
+		}
+		x.loans = s.loans
 		s.conn = x
 		return x, nil
 	}

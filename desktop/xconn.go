@@ -49,6 +49,9 @@ type xconn struct {
 
 	keys      *keymap
 	keysStale atomic.Bool // a MappingNotify arrived since keys was read
+	// loans are the spare keycodes mapped to keysyms the map lacks
+	// (Session.loans).
+	loans map[xproto.Keycode]*loan
 	// interrupted: a canceled operation cut the connection with a past
 	// deadline; xgb notices only later, so the next operation must not
 	// take it for alive.
@@ -70,7 +73,7 @@ func dialX(disp int, gen uint64, useShm bool) (*xconn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("x handshake: %w", err)
 	}
-	x := &xconn{c: c, nc: nc, gen: gen, dead: make(chan struct{})}
+	x := &xconn{c: c, nc: nc, gen: gen, dead: make(chan struct{}), loans: map[xproto.Keycode]*loan{}}
 	go x.drain()
 	if err := x.setup(useShm); err != nil {
 		x.close()
