@@ -77,6 +77,8 @@ func TestSettleFollowsPendingWork(t *testing.T) {
 		{name: "same-document navigation", click: "history.pushState({},'','#moved');" + fmt.Sprintf(out, "location.hash"), want: "#moved", how: "nothing pending"},
 		{name: "page that polls", page: "(function poll(){setTimeout(poll,40)})()", click: fmt.Sprintf(out, "'now'"), want: "now", how: "idle"},
 		{name: "cross-origin frame", body: `<iframe src="` + otherOrigin + `/frame"></iframe>`, click: fmt.Sprintf(out, "'now'"), want: "now", how: "idle"},
+		{name: "blank frame", body: `<iframe></iframe>`, click: fmt.Sprintf(out, "'now'"), want: "now", how: "nothing pending"},
+		{name: "frame written by script", body: `<iframe id="w"></iframe><script>var d=document.getElementById('w').contentDocument;d.open();d.write('<p>written</p>');d.close()</script>`, click: fmt.Sprintf(out, "'now'"), want: "now", how: "nothing pending"},
 		{name: "same-origin frame", body: `<iframe src="/frame"></iframe>`, click: fmt.Sprintf(out, "'now'"), want: "now", how: "nothing pending"},
 	}
 	s := openPage(t, "/basic.html")
