@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
 	"io/fs"
 	"mime"
 	"os"
@@ -435,14 +436,42 @@ func (r *Recording) Image(n int) ([]byte, string, error) {
 }
 
 func (r *Recording) readImage(st Step) ([]byte, error) {
-	if !safeRel(st.Screenshot) {
-		return nil, faults.Newf(faults.CodeInternal, faults.Internal, faults.Platform, "recording %s step %d: bad screenshot path", r.m.ID, st.N)
+	p, err := r.screenshotPath(st)
+	if err != nil {
+		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(r.dir, filepath.FromSlash(st.Screenshot)))
+	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, fmt.Errorf("read screenshot of step %d of recording %s: %w", st.N, r.m.ID, err)
 	}
 	return b, nil
+}
+
+// screenshotPath is where a step's screenshot is, refused when the
+// recording names a path outside its directory.
+func (r *Recording) screenshotPath(st Step) (string, error) {
+	if !safeRel(st.Screenshot) {
+		return "", faults.Newf(faults.CodeInternal, faults.Internal, faults.Platform, "recording %s step %d: bad screenshot path", r.m.ID, st.N)
+	}
+	return filepath.Join(r.dir, filepath.FromSlash(st.Screenshot)), nil
+}
+
+// imageConfig reads the size of a step's screenshot from its header.
+func (r *Recording) imageConfig(st Step) (image.Config, error) {
+	p, err := r.screenshotPath(st)
+	if err != nil {
+		return image.Config{}, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return image.Config{}, fmt.Errorf("read screenshot of step %d of recording %s: %w", st.N, r.m.ID, err)
+	}
+	defer f.Close()
+	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
+	if err != nil {
+		return image.Config{}, fmt.Errorf("decode screenshot of step %d: %w", st.N, err)
+	}
+	return cfg, nil
 }
 
 // safeRel reports whether p is a slash path that stays inside the

@@ -1,17 +1,21 @@
 package recordings
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/color/palette"
 	"image/gif"
 	"image/png"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/image/draw"
 
@@ -69,29 +73,93 @@ func scaleTo(src image.Image, w, h int) *image.RGBA {
 
 // exportGIF animates the screenshots, one second per step, dithered
 // (Floyd-Steinberg) onto the fixed Plan 9 palette: no per-frame palette
-// search, and colours stay stable from frame to frame.
+// search, and colours stay stable from frame to frame (ditherPlan9). Frames are encoded
+// and written one at a time, so a long recording costs one frame of
+// memory, not all of them: the file is the header of a GIF the size of the
+// largest frame, then each frame as image/gif encodes it alone.
 func (r *Recording) exportGIF(ctx context.Context, w io.Writer) error {
-	anim := &gif.GIF{}
-	_, err := r.frames(ctx, maxGIFWidth, func(img image.Image) error {
-		b := img.Bounds()
-		p := image.NewPaletted(image.Rect(0, 0, b.Dx(), b.Dy()), palette.Plan9)
-		draw.FloydSteinberg.Draw(p, p.Bounds(), img, b.Min)
-		anim.Image = append(anim.Image, p)
-		anim.Delay = append(anim.Delay, gifDelay)
-		anim.Config.Width = max(anim.Config.Width, b.Dx())
-		anim.Config.Height = max(anim.Config.Height, b.Dy())
-		return nil
-	})
+	width, height, n, err := r.frameBounds(ctx, maxGIFWidth)
 	if err != nil {
 		return fmt.Errorf("export %s as gif: %w", r.m.ID, err)
 	}
-	if len(anim.Image) == 0 {
+	if n == 0 {
 		return fmt.Errorf("export %s as gif: %w", r.m.ID, errNoFrames)
 	}
-	if err := gif.EncodeAll(w, anim); err != nil {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	writeGIFHeader(bw, width, height, n > 1)
+	var one bytes.Buffer
+	_, err = r.frames(ctx, maxGIFWidth, func(img image.Image) error {
+		p := ditherPlan9(img)
+		one.Reset()
+		if err := gif.EncodeAll(&one, &gif.GIF{Image: []*image.Paletted{p}, Delay: []int{gifDelay}}); err != nil {
+			return err
+		}
+		frame, err := gifFrame(one.Bytes())
+		if err != nil {
+			return err
+		}
+		_, err = bw.Write(frame)
+		return err
+	})
+	if err == nil {
+		err = bw.WriteByte(gifTrailer)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
 		return fmt.Errorf("export %s as gif: %w", r.m.ID, err)
 	}
 	return nil
+}
+
+const gifTrailer = 0x3b
+
+// writeGIFHeader writes a GIF89a header for a screen of w×h with no
+// global colour table (each frame carries its own), looping for ever when
+// there is more than one frame — what gif.EncodeAll writes for such a GIF.
+func writeGIFHeader(w *bufio.Writer, width, height int, loop bool) {
+	w.WriteString("GIF89a")
+	w.Write([]byte{byte(width), byte(width >> 8), byte(height), byte(height >> 8), 0, 0, 0})
+	if loop {
+		w.Write([]byte{0x21, 0xff, 0x0b})
+		w.WriteString("NETSCAPE2.0")
+		w.Write([]byte{0x03, 0x01, 0, 0, 0})
+	}
+}
+
+// gifFrame returns the frame of a one-frame GIF as gif.EncodeAll writes
+// it without a global colour table: the bytes between its 13-byte header
+// and its trailer.
+func gifFrame(b []byte) ([]byte, error) {
+	if len(b) < 14 || string(b[:6]) != "GIF89a" || b[10]&0x80 != 0 || b[len(b)-1] != gifTrailer {
+		return nil, errors.New("unexpected layout of an encoded frame")
+	}
+	return b[13 : len(b)-1], nil
+}
+
+// frameBounds reads only the screenshots' headers: how many frames there
+// are and the largest width and height among them once scaled as frames
+// scales them.
+func (r *Recording) frameBounds(ctx context.Context, maxWidth int) (width, height, n int, err error) {
+	for _, st := range r.steps {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, 0, err
+		}
+		if st.Screenshot == "" {
+			continue
+		}
+		cfg, err := r.imageConfig(st)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		w, h := cfg.Width, cfg.Height
+		if maxWidth > 0 && w > maxWidth {
+			w, h = maxWidth, max(h*maxWidth/w, 1)
+		}
+		width, height, n = max(width, w), max(height, h), n+1
+	}
+	return width, height, n, nil
 }
 
 func errNeedFFmpeg() error {
@@ -163,4 +231,70 @@ func (r *Recording) exportMP4(ctx context.Context, w io.Writer) error {
 		return nil
 	}
 	return faults.Wrap(fmt.Errorf("export %s as mp4: %w", r.m.ID, lastErr), faults.CodeInternal, faults.Internal, faults.Platform, "mp4 encoding failed")
+}
+
+// plan9Cells maps a colour, 5 bits a channel, to the Plan 9 palette entry
+// nearest the middle of its cell.
+var plan9Cells = sync.OnceValue(func() *[1 << 15]uint8 {
+	var lut [1 << 15]uint8
+	for i := range lut {
+		r, g, b := (i>>10)<<3|4, (i>>5&31)<<3|4, (i&31)<<3|4
+		best, bestD := 0, math.MaxInt
+		for j, c := range palette.Plan9 {
+			cr, cg, cb, _ := c.RGBA()
+			dr, dg, db := r-int(cr>>8), g-int(cg>>8), b-int(cb>>8)
+			if d := dr*dr + dg*dg + db*db; d < bestD {
+				best, bestD = j, d
+			}
+		}
+		lut[i] = uint8(best)
+	}
+	return &lut
+})
+
+// ditherPlan9 maps img onto the Plan 9 palette with Floyd-Steinberg error
+// diffusion. The nearest entry comes from a table (plan9Cells) instead of
+// a search of the 256 entries for every pixel, as image/draw does: a
+// 640×400 frame takes a few milliseconds instead of some 190. Alpha is
+// ignored (screenshots are opaque).
+func ditherPlan9(img image.Image) *image.Paletted {
+	b := img.Bounds()
+	src, ok := img.(*image.RGBA)
+	if !ok {
+		src = image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+		draw.Draw(src, src.Bounds(), img, b.Min, draw.Src)
+	}
+	w, h := src.Rect.Dx(), src.Rect.Dy()
+	dst := image.NewPaletted(image.Rect(0, 0, w, h), palette.Plan9)
+	lut := plan9Cells()
+	var pal [256][3]int32
+	for i, c := range palette.Plan9 {
+		r, g, bl, _ := c.RGBA()
+		pal[i] = [3]int32{int32(r >> 8), int32(g >> 8), int32(bl >> 8)}
+	}
+	// Errors carried to this row and the next, in 1/16ths, with a pixel
+	// of margin on each side.
+	cur, next := make([][3]int32, w+2), make([][3]int32, w+2)
+	for y := range h {
+		row := src.Pix[y*src.Stride : y*src.Stride+4*w]
+		out := dst.Pix[y*dst.Stride : y*dst.Stride+w]
+		for x := range w {
+			var v [3]int32
+			for c := range 3 {
+				v[c] = min(max(int32(row[4*x+c])+(cur[x+1][c]+8)>>4, 0), 255)
+			}
+			idx := lut[v[0]>>3<<10|v[1]>>3<<5|v[2]>>3]
+			out[x] = idx
+			for c := range 3 {
+				e := v[c] - pal[idx][c]
+				cur[x+2][c] += 7 * e
+				next[x][c] += 3 * e
+				next[x+1][c] += 5 * e
+				next[x+2][c] += e
+			}
+		}
+		cur, next = next, cur
+		clear(next)
+	}
+	return dst
 }

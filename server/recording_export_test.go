@@ -7,12 +7,9 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	goruntime "runtime"
-	"runtime/debug"
-	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
 	"github.com/orchard/orchard/recordings"
 )
@@ -57,30 +54,7 @@ func TestRecordingExportStreams(t *testing.T) {
 		t.Fatalf("unknown format: %d %s", r.status, r.raw)
 	}
 
-	// The heap's peak while the export streams, sampled, with a GC kept
-	// close to the live heap so that garbage does not pass for it.
-	defer debug.SetGCPercent(debug.SetGCPercent(10))
-	goruntime.GC()
-	var base goruntime.MemStats
-	goruntime.ReadMemStats(&base)
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var m goruntime.MemStats
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			goruntime.ReadMemStats(&m)
-			if m.HeapAlloc > peak.Load() {
-				peak.Store(m.HeapAlloc)
-			}
-		}
-	}()
+	heapPeak := testenv.HeapPeak()
 	req, _ := http.NewRequest("GET", srv.URL+"/recordings/big/export?format=jsonl", nil)
 	req.Header.Set("X-API-Key", srv.APIKey)
 	res, err := http.DefaultClient.Do(req)
@@ -90,15 +64,13 @@ func TestRecordingExportStreams(t *testing.T) {
 	got := sha256.New()
 	_, err = io.CopyBuffer(got, res.Body, make([]byte, 64<<10))
 	res.Body.Close()
-	close(stop)
-	<-sampled
+	grew := heapPeak()
 	if err != nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("export: %d %q %v", res.StatusCode, res.Header.Get("Content-Type"), err)
 	}
 	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
 		t.Fatal("the export that arrived is not the recording's jsonl export")
 	}
-	grew := int64(peak.Load()) - int64(base.HeapAlloc)
 	t.Logf("the heap grew by %d MiB at most", grew>>20)
 	if grew > 40<<20 {
 		t.Fatalf("exporting %d MiB of screenshots grew the heap by %d MiB", steps*size>>20, grew>>20)
