@@ -3,8 +3,6 @@ package recordings
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"fmt"
 	"image"
 	"image/color"
 	"image/color/palette"
@@ -113,29 +111,32 @@ func TestGIFFrameByFrame(t *testing.T) {
 }
 
 // A long recording's GIF export holds one frame at a time: its heap stays
-// far below the frames' total, which the whole-animation encoder holds.
+// far below the frames' total, which the whole-animation encoder holds
+// (TestGIFFrameByFrame checks the bytes).
 func TestGIFExportMemory(t *testing.T) {
-	const frames, w, h = 120, 640, 800 // 512 KB a paletted frame: 60 MB in all
+	const frames, w, h = 80, 640, 800 // 512 KB a paletted frame: 40 MB in all
 	sizes := make([][2]int, frames)
 	for i := range sizes {
 		sizes[i] = [2]int{w, h}
 	}
 	r := recordFrames(t, "long", sizes)
-	want := sha256.Sum256(gifAtOnce(t, r))
-
 	heapPeak := testenv.HeapPeak()
-	hash := sha256.New()
-	_, err := r.Export(context.Background(), FormatGIF, hash)
+	var n countWriter
+	_, err := r.Export(context.Background(), FormatGIF, &n)
 	grew := heapPeak()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprintf("%x", hash.Sum(nil)) != fmt.Sprintf("%x", want) {
-		t.Fatal("the export differs from the whole-animation encoding")
+	if err != nil || n == 0 {
+		t.Fatalf("export: %d bytes, %v", n, err)
 	}
 	if total := int64(frames * w * h); grew > total/4 {
 		t.Errorf("heap grew by %d MB exporting %d frames of %d KB each", grew>>20, frames, w*h>>10)
 	}
+}
+
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }
 
 // Dithering onto the Plan 9 palette keeps a colour the palette has as it
