@@ -433,11 +433,10 @@ func (t *tab) busyLocked() bool {
 // or, with floor ≥ 0, as soon as a frame was drawn (what input changes
 // without script, a scroll, shows then) and floor ms have passed (since
 // the start and since the last mutation) with no work pending in the
-// document or
-// its frames (pending.js: timers due within quiet ms, frame callbacks, a
-// navigation under way). A frame without the tracker (cross-origin, not
-// yet scripted) makes the pending work unknown: the windows apply. It
-// resolves to why it ended.
+// document or its frames (pending.js: timers due within quiet ms, frame
+// callbacks, a navigation under way). A frame without the tracker
+// (cross-origin, not yet scripted) makes the pending work unknown: the
+// windows apply. It resolves to why it ended.
 const settleJS = `(function(quiet, idle, max, floor){return new Promise(function(resolve){
 var K=Symbol.for('orchard.pending'), T=window[K], st=T?T.setTimeout:setTimeout;
 var start=performance.now(), last=start, seen=false, mo=null, framed=false;
@@ -483,7 +482,7 @@ func (t *tab) settleAfter(ctx context.Context, limit time.Duration, reqs int64) 
 	// The tracker cannot follow a response into the page's handlers (its
 	// body read, the parse): once a request was seen during the wait, the
 	// rest of it keeps to the windows.
-	floor := min(settleFloor, idle)
+	floor := min(settleFloor, idle).Milliseconds() // -1: keep to the windows
 	if t.s.opts.PlainSettle {
 		floor = -1
 	}
@@ -503,7 +502,7 @@ func (t *tab) settleAfter(ctx context.Context, limit time.Duration, reqs int64) 
 		if left <= 0 {
 			return
 		}
-		expr := fmt.Sprintf("%s(%d,%d,%d,%d)", settleJS, quiet.Milliseconds(), idle.Milliseconds(), left.Milliseconds(), floor.Milliseconds())
+		expr := fmt.Sprintf("%s(%d,%d,%d,%d)", settleJS, quiet.Milliseconds(), idle.Milliseconds(), left.Milliseconds(), floor)
 		how, err := t.eval(ctx, expr, true, left+time.Second)
 		if err != nil && (t.openDialog() != nil || ctx.Err() != nil) {
 			return
