@@ -10,6 +10,11 @@
 // CSS pixels, and actions are mapped back through the scale of the frame
 // they name (or of the latest observation of the tab).
 //
+// After each action the tab waits for the page to settle, so that the next
+// observation shows what the action brought: no request in flight and no
+// DOM mutation for a window, or sooner, once a script installed in every
+// document (pending.js) sees nothing left that the page scheduled.
+//
 // The package knows nothing about sandboxes or HTTP. The types with JSON
 // tags (Action, Result, Observation, ObserveOptions, Request, Response) are
 // the wire shapes of API.md.
