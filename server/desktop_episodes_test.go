@@ -34,7 +34,12 @@ func outCheck(text string) string {
 // starts can be lost as it sets up the terminal.
 func xtermCenter(t *testing.T, srv *testserver.Server, id string) (int, int) {
 	t.Helper()
-	j := execWait(t, srv, id, map[string]any{"command": `w() { xwininfo -root -tree | grep '("xterm"' | head -1; }
+	// The window counts once the window manager has mapped it at its size:
+	// before that xterm's window can sit at 1x1+0+0 for a while on a
+	// loaded machine, and a click at its "centre" hits the root window.
+	j := execWait(t, srv, id, map[string]any{"command": `w() { xwininfo -root -tree | grep '("xterm"' | while read -r wid rest; do
+  xwininfo -id "$wid" | grep -q IsViewable || continue
+  echo "$wid $rest" | grep -Eq ' [0-9]{2,}x[0-9]{2,}\+' && { echo "$wid $rest"; break; }; done; }
 prev=; for i in $(seq 100); do cur=$(w); [ -n "$cur" ] && [ "$cur" = "$prev" ] && break; prev=$cur; sleep 0.2; done
 for i in $(seq 100); do sh=$(pgrep -P "$(pgrep -xo xterm)" | head -1)
   [ -n "$sh" ] && [ "$(cut -d' ' -f3 /proc/$sh/stat)" = S ] && grep -Eq 'tty|poll|select|wait_woken' /proc/$sh/wchan 2>/dev/null && break; sleep 0.1; done
