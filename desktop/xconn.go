@@ -73,7 +73,7 @@ func dialX(disp int, gen uint64, useShm bool) (*xconn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("x handshake: %w", err)
 	}
-	x := &xconn{c: c, nc: nc, gen: gen, dead: make(chan struct{}), loans: map[xproto.Keycode]*loan{}}
+	x := &xconn{c: c, nc: nc, gen: gen, dead: make(chan struct{})}
 	go x.drain()
 	if err := x.setup(useShm); err != nil {
 		x.close()

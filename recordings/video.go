@@ -51,8 +51,8 @@ func (r *Recording) frames(ctx context.Context, maxWidth int, fn func(image.Imag
 		if err != nil {
 			return n, fmt.Errorf("decode screenshot of step %d: %w", st.N, err)
 		}
-		if maxWidth > 0 && img.Bounds().Dx() > maxWidth {
-			img = scaleTo(img, maxWidth, img.Bounds().Dy()*maxWidth/img.Bounds().Dx())
+		if w, h := frameSize(img.Bounds().Dx(), img.Bounds().Dy(), maxWidth); w != img.Bounds().Dx() {
+			img = scaleTo(img, w, h)
 		}
 		if err := fn(img); err != nil {
 			return n, err
@@ -62,10 +62,16 @@ func (r *Recording) frames(ctx context.Context, maxWidth int, fn func(image.Imag
 	return n, nil
 }
 
-func scaleTo(src image.Image, w, h int) *image.RGBA {
-	if h < 1 {
-		h = 1
+// frameSize is the size of a w×h screenshot as a frame at most maxWidth
+// wide (0: no limit), its aspect kept.
+func frameSize(w, h, maxWidth int) (int, int) {
+	if maxWidth > 0 && w > maxWidth {
+		return maxWidth, max(h*maxWidth/w, 1)
 	}
+	return w, h
+}
+
+func scaleTo(src image.Image, w, h int) *image.RGBA {
 	dst := image.NewRGBA(image.Rect(0, 0, w, h))
 	draw.ApproxBiLinear.Scale(dst, dst.Bounds(), src, src.Bounds(), draw.Src, nil)
 	return dst
@@ -139,8 +145,7 @@ func gifFrame(b []byte) ([]byte, error) {
 }
 
 // frameBounds reads only the screenshots' headers: how many frames there
-// are and the largest width and height among them once scaled as frames
-// scales them.
+// are and the largest width and height among them as frames (frameSize).
 func (r *Recording) frameBounds(ctx context.Context, maxWidth int) (width, height, n int, err error) {
 	for _, st := range r.steps {
 		if err := ctx.Err(); err != nil {
@@ -153,10 +158,7 @@ func (r *Recording) frameBounds(ctx context.Context, maxWidth int) (width, heigh
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		w, h := cfg.Width, cfg.Height
-		if maxWidth > 0 && w > maxWidth {
-			w, h = maxWidth, max(h*maxWidth/w, 1)
-		}
+		w, h := frameSize(cfg.Width, cfg.Height, maxWidth)
 		width, height, n = max(width, w), max(height, h), n+1
 	}
 	return width, height, n, nil
