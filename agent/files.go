@@ -227,7 +227,8 @@ func (t errTaggingWriter) Write(p []byte) (int, error) {
 // upload writes the base64 content to sandbox path p: parents are created,
 // and the data goes to a temporary file in the same directory that is then
 // renamed over p, so that readers never see half a file. Without an explicit
-// mode, a replaced file keeps its mode and a new one gets 0666 less umask.
+// mode, a replaced file keeps its mode and a new one gets 0666 less umask;
+// a replaced file keeps its owner and group either way.
 func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int64, error) {
 	rel, err := s.resolve(p)
 	if err != nil {
@@ -243,6 +244,10 @@ func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int
 		}
 		return 0, fileFault(fmt.Errorf("upload %s: create parents: %w", p, err), p, fileNotFound(p))
 	}
+	var (
+		owner *uint32 // of the file replaced; nil for a new file
+		group uint32
+	)
 	if fi, err := s.root.Stat(rel); err == nil {
 		if fi.IsDir() {
 			return 0, isDirectory(p)
@@ -254,6 +259,10 @@ func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int
 		}
 		if !explicit {
 			mode, explicit = fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), true
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = &st.Uid // with st.Gid below
+			group = st.Gid
 		}
 	}
 	tmp := path.Join(dir, ".orchard-upload-"+rand.Text())
@@ -275,6 +284,15 @@ func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int
 			return 0, fileFault(fmt.Errorf("upload %s: write: %w", p, we.err), p, fileNotFound(p))
 		}
 		return 0, faults.Wrap(err, faults.CodeInvalidBase64, faults.InvalidRequest, faults.Client, "content is not valid base64")
+	}
+	if owner != nil {
+		// The file that replaces another keeps its owner, as a write in
+		// place would: a user's file must not become the agent's. Before
+		// the chmod, since a chown clears set-id bits. An agent that may
+		// not chown (not root) leaves the new file its own.
+		if err := f.Chown(int(*owner), int(group)); err != nil && !errors.Is(err, syscall.EPERM) {
+			return 0, fileFault(fmt.Errorf("upload %s: chown: %w", p, err), p, fileNotFound(p))
+		}
 	}
 	if explicit {
 		// fchmod, unlike the open mode, is not cut by the umask.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +98,42 @@ func TestUploadDownload(t *testing.T) {
 		left, _ := filepath.Glob(filepath.Join(a.root, "workspace", ".orchard-upload-*"))
 		if len(left) != 0 {
 			t.Fatalf("temp files left: %v", left)
+		}
+	})
+
+	t.Run("overwrite keeps owner", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("chown needs root")
+		}
+		host := filepath.Join(a.root, "workspace/owned")
+		if err := os.WriteFile(host, []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(host, 1234, 2345); err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct{ mode, want string }{{"", "-rw-r--r--"}, {"04755", "urwxr-xr-x"}} {
+			p := "/workspace/owned"
+			if _, err := a.Upload(ctx, api.UploadRequest{Path: &p, Content: b64("new"), Mode: tt.mode}); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if st.Uid != 1234 || st.Gid != 2345 || fi.Mode().String() != tt.want {
+				t.Fatalf("mode %q: after overwrite %d:%d %v, want 1234:2345 %s", tt.mode, st.Uid, st.Gid, fi.Mode(), tt.want)
+			}
+		}
+		// A new file is the agent's.
+		p := "/workspace/fresh"
+		if _, err := a.Upload(ctx, api.UploadRequest{Path: &p, Content: b64("x")}); err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := os.Stat(filepath.Join(a.root, "workspace/fresh"))
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
+			t.Fatalf("new file owned by %d", st.Uid)
 		}
 	})
 }
