@@ -167,6 +167,9 @@ type Job struct {
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 	// Runner names the server replica that runs the job.
 	Runner string `json:"runner,omitempty"`
+	// CancelRequested is set by POST /jobs/{id}/cancel; the runner ends
+	// the job when it sees it.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // Terminal reports whether the job has finished.

@@ -96,4 +96,14 @@ func (c *Client) WaitJob(ctx context.Context, jobID string, timeout time.Duratio
 	return out, err
 }
 
+// CancelJob kills a job's command and returns the job once it has ended
+// (failed, code job.canceled), or as it stands if its runner has not ended
+// it within the server's bound. A finished job comes back unchanged, so
+// the call is safe to repeat.
+func (c *Client) CancelJob(ctx context.Context, jobID string) (api.Job, error) {
+	var out api.Job
+	err := c.do(ctx, call{method: http.MethodPost, path: jobPath(jobID) + "/cancel", out: &out, idempotent: true})
+	return out, err
+}
+
 func jobPath(id string) string { return "/jobs/" + url.PathEscape(id) }

@@ -16,6 +16,7 @@ const (
 	// Records.
 	CodeSandboxNotFound = "sandbox.not_found"
 	CodeJobNotFound     = "job.not_found"
+	CodeJobCanceled     = "job.canceled"
 	CodeSandboxExists   = "sandbox.exists"
 	CodeSandboxNotReady = "sandbox.not_ready"
 

@@ -41,6 +41,7 @@ var registry = []CodeInfo{
 	// Records the caller names.
 	{CodeSandboxNotFound, NotFound, Client, false, false, "No sandbox has that id: it was never created, was deleted, or expired."},
 	{CodeJobNotFound, NotFound, Client, false, false, "No job has that id."},
+	{CodeJobCanceled, Canceled, Client, false, false, "The job was canceled by request (POST /jobs/{id}/cancel) before it finished; its command was killed."},
 	{CodeSandboxExists, Conflict, Client, false, false, "A sandbox with that id already exists."},
 	{CodeSandboxNotReady, Conflict, Client, false, false, "The sandbox has not finished starting; wait for it before using it."},
 	{CodeSandboxGone, Canceled, Client, false, false, "The sandbox was deleted while work on it was starting or running."},

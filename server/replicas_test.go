@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
 	"github.com/orchard/orchard/store/redis"
@@ -13,7 +14,7 @@ import (
 
 // replicas starts two servers on one host sharing a real redis-server and
 // one state directory, as two `orchard serve --store redis` would.
-func replicas(t *testing.T) (a, b *testserver.Server, rs *testenv.RedisServer) {
+func replicas(t *testing.T, run ...bool) (a, b *testserver.Server, rs *testenv.RedisServer) {
 	t.Helper()
 	rs = testenv.StartRedis(t)
 	dir := testserver.StateDir(t)
@@ -25,9 +26,27 @@ func replicas(t *testing.T) (a, b *testserver.Server, rs *testenv.RedisServer) {
 		t.Cleanup(func() { st.Close() })
 		return st
 	}
-	a = testserver.Start(t, testserver.Options{StateDir: dir, Store: open()})
-	b = testserver.Start(t, testserver.Options{StateDir: dir, Store: open()})
+	loop := len(run) > 0 && run[0]
+	a = testserver.Start(t, testserver.Options{StateDir: dir, Store: open(), Run: loop})
+	b = testserver.Start(t, testserver.Options{StateDir: dir, Store: open(), Run: loop})
 	return a, b, rs
+}
+
+// A job runs on the replica that took its exec; a cancel sent to the other
+// replica reaches it through the store and kills the command.
+func TestReplicaCancelsAnothersJob(t *testing.T) {
+	a, b, _ := replicas(t, true)
+	id := createReady(t, a, map[string]any{"memory": "256Mi"})
+	jobID := startJob(t, a, id, "echo started; sleep 60")
+	awaitJobState(t, b, jobID, func(j api.Job) bool { return j.Stdout == "started\n" })
+	r := call(t, b, "POST", "/jobs/"+jobID+"/cancel", nil)
+	want(t, r, 200)
+	j := jobOf(t, r)
+	wantCanceled(t, j, "started\n")
+	if j.Runner == "" || j.Runner != jobOf(t, call(t, a, "GET", "/jobs/"+jobID, nil)).Runner {
+		t.Fatalf("runner %q", j.Runner)
+	}
+	awaitNoProcess(t, b, id, "sleep")
 }
 
 func TestReplicasShareSandboxesAndJobs(t *testing.T) {

@@ -78,6 +78,8 @@ func (s *Server) table() []route {
 		{method: "GET", path: "/jobs/:job_id", summary: "Get a job", response: api.Job{}, handler: s.getJob},
 		{method: "GET", path: "/jobs/:job_id/wait", summary: "Wait for a job (200 with its state, terminal or not)",
 			query: []queryParam{{"timeout", "integer", "seconds (default 300)", false}}, response: api.Job{}, handler: s.waitJob},
+		{method: "POST", path: "/jobs/:job_id/cancel", summary: "Cancel a job: kill its command; 200 with the job once ended (a finished job unchanged)",
+			response: api.Job{}, handler: s.cancelJob},
 	}
 }
 
@@ -357,6 +359,15 @@ func (s *Server) waitJob(c *gin.Context) error {
 		return err
 	}
 	j, err := s.mgr.WaitJob(c.Request.Context(), c.Param("job_id"), api.Seconds(timeout))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, j)
+	return nil
+}
+
+func (s *Server) cancelJob(c *gin.Context) error {
+	j, err := s.mgr.CancelJob(c.Request.Context(), c.Param("job_id"))
 	if err != nil {
 		return err
 	}

@@ -113,6 +113,10 @@ func SandboxTopic(id string) string { return "sandbox:" + id }
 // JobTopic is published when a job changes state.
 func JobTopic(id string) string { return "job:" + id }
 
+// ReplicaTopic is published to ask a server replica to look at the jobs it
+// runs (a cancel was requested for one of them).
+func ReplicaTopic(id string) string { return "replica:" + id }
+
 // ErrSandboxNotFound builds the Orchard not-found error for id.
 func ErrSandboxNotFound(id string) *faults.Error {
 	return faults.Newf(faults.CodeSandboxNotFound, faults.NotFound, faults.Client, "Sandbox %s not found", id)

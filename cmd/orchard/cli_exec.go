@@ -105,8 +105,7 @@ func runJob(ctx context.Context, c *client.Client, id string, req api.ExecReques
 		job, err := c.GetJob(ctx, jobID)
 		if err != nil {
 			if ctx.Err() != nil {
-				printError(stderr, fmt.Sprintf("interrupted; job %s keeps running in sandbox %s", jobID, id), "")
-				return exitError{130}
+				return interrupted(c, id, jobID, stdout, stderr, outP, errP)
 			}
 			return err
 		}
@@ -118,11 +117,37 @@ func runJob(ctx context.Context, c *client.Client, id string, req api.ExecReques
 		}
 		select {
 		case <-ctx.Done():
-			printError(stderr, fmt.Sprintf("interrupted; job %s keeps running in sandbox %s", jobID, id), "")
-			return exitError{130}
+			return interrupted(c, id, jobID, stdout, stderr, outP, errP)
 		case <-t.C:
 		}
 	}
+}
+
+// cancelTimeout bounds the cancel an interrupted exec sends: the server
+// waits up to 10 s for the command to die.
+const cancelTimeout = 15 * time.Second
+
+// interrupted cancels the job of an interrupted exec, so that Ctrl-C stops
+// the remote command as it would a local one, prints the output that came
+// before its end, and exits 130.
+func interrupted(c *client.Client, id, jobID string, stdout, stderr io.Writer, outP, errP string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	job, err := c.CancelJob(ctx, jobID)
+	switch {
+	case err != nil:
+		printError(stderr, fmt.Sprintf("interrupted; job %s may still be running in sandbox %s: cancel failed: %v", jobID, id, err), faults.Of(err).Code)
+	case !job.Terminal():
+		printError(stderr, fmt.Sprintf("interrupted; job %s was asked to stop but is still %s in sandbox %s", jobID, job.Status, id), "")
+	default:
+		emit(stdout, job.Stdout, outP, true)
+		emit(stderr, job.Stderr, errP, true)
+		if job.Fault == nil || job.Fault.Code != faults.CodeJobCanceled {
+			return jobExit(job, stderr) // it ended by itself first
+		}
+		printError(stderr, fmt.Sprintf("interrupted; job %s canceled", jobID), faults.CodeJobCanceled)
+	}
+	return exitError{130}
 }
 
 // emit writes what of s lies beyond printed, the text already written,

@@ -28,16 +28,26 @@ const cliTimeout = 2 * time.Minute
 type cli struct {
 	t   *testing.T
 	env map[string]string
+	srv *testserver.Server
 }
 
 func newCLI(t *testing.T) *cli {
 	srv := testserver.Start(t, testserver.Options{})
-	return &cli{t: t, env: map[string]string{"ORCHARD_URL": srv.URL, "ORCHARD_API_KEY": srv.APIKey}}
+	return &cli{t: t, env: map[string]string{"ORCHARD_URL": srv.URL, "ORCHARD_API_KEY": srv.APIKey}, srv: srv}
 }
 
 // run runs the command with stdin as its standard input and returns what
 // it wrote and its error.
 func (c *cli) run(stdin string, args ...string) (stdout, stderr string, err error) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	return c.runCtx(ctx, stdin, args...)
+}
+
+// runCtx is run under ctx: its end is the interrupt main delivers on
+// SIGINT.
+func (c *cli) runCtx(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
 	c.t.Helper()
 	dir := c.t.TempDir()
 	files := make([]*os.File, 3)
@@ -57,9 +67,7 @@ func (c *cli) run(stdin string, args ...string) (stdout, stderr string, err erro
 	}
 	oldIn, oldOut, oldErr := os.Stdin, os.Stdout, os.Stderr
 	os.Stdin, os.Stdout, os.Stderr = files[0], files[1], files[2]
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	err = run(ctx, args, func(k string) string { return c.env[k] })
-	cancel()
 	os.Stdin, os.Stdout, os.Stderr = oldIn, oldOut, oldErr
 	out, _ := os.ReadFile(files[1].Name())
 	errOut, _ := os.ReadFile(files[2].Name())

@@ -68,6 +68,7 @@ type Server struct {
 	StateDir string
 	HTTP     *httptest.Server
 	egress   *egress.Hub
+	stopRun  func() // ends the manager's loop (Options.Run); nil if none
 }
 
 // Options adjust the server.
@@ -82,6 +83,10 @@ type Options struct {
 	// Egress is the dialer network-enabled sandboxes reach sites through;
 	// nil = public addresses only, names from the system resolver.
 	Egress *egress.Dialer
+	// Run runs the manager's background loop (cleanup every
+	// CleanupInterval, cancels asked through other replicas), as
+	// `orchard serve` does.
+	Run bool
 }
 
 // Start starts a server and stops it (deleting its sandboxes) at cleanup.
@@ -144,6 +149,12 @@ func Start(t testing.TB, opts Options) *Server {
 	}, log).WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 	hs := httptest.NewServer(srv.Handler())
 	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs, egress: hub}
+	if opts.Run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = mgr.Run(ctx) }()
+		s.stopRun = func() { cancel(); <-done }
+	}
 	t.Cleanup(func() { s.Stop(t, true) })
 	return s
 }
@@ -156,6 +167,9 @@ func (s *Server) Stop(t testing.TB, remove bool) {
 	}
 	s.HTTP.Close()
 	s.HTTP = nil
+	if s.stopRun != nil {
+		s.stopRun()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_ = s.Manager.Shutdown(ctx)

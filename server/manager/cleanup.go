@@ -13,11 +13,15 @@ import (
 
 // Run runs the cleanup loop until ctx ends: TTL,
 // pending-timeout and heartbeat cleanup, old-job reaping and
-// reconciliation every CleanupInterval.
+// reconciliation every CleanupInterval. It also ends the jobs this replica
+// runs whose cancel another replica asked for.
 //
 // When the store coordinates replicas (store.Elector), only the replica
 // holding the "cleanup" lease sweeps, so replicas never race to delete.
 func (m *Manager) Run(ctx context.Context) error {
+	cancels := make(chan struct{})
+	go func() { defer close(cancels); m.serveCancels(ctx) }()
+	defer func() { <-cancels }()
 	e, ok := m.st.(store.Elector)
 	if !ok {
 		m.sweepLoop(ctx)

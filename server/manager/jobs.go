@@ -260,6 +260,94 @@ func (m *Manager) awaitJob(ctx context.Context, jobID string, events <-chan stru
 	}
 }
 
+// cancelWait bounds how long CancelJob waits for the runner to end the
+// job: killing a command takes the agent milliseconds, so a job still
+// running after this has a runner that is not answering.
+const cancelWait = 10 * time.Second
+
+var errCanceled = faults.New(faults.CodeJobCanceled, faults.Canceled, faults.Client, "Command was canceled by request")
+
+// CancelJob ends a job that has not finished: a queued one never starts, a
+// running one has its process group killed by the agent, and the job fails
+// with code job.canceled and the output it had so far. It returns the job
+// once ended, or as it stands after cancelWait if its runner has not ended
+// it by then. A finished job is returned unchanged.
+//
+// The job may run on another replica: the request is recorded on the job
+// and that replica is told to look (ReplicaTopic), so any replica can
+// cancel any job.
+func (m *Manager) CancelJob(ctx context.Context, jobID string) (api.Job, error) {
+	j, err := m.st.GetJob(ctx, jobID)
+	if err != nil || j.Terminal() {
+		return j, err
+	}
+	ev, unsubscribe, err := m.st.Subscribe(ctx, store.JobTopic(jobID))
+	if err != nil {
+		return api.Job{}, err
+	}
+	defer unsubscribe()
+	j, err = m.st.UpdateJob(ctx, jobID, func(j *api.Job) error {
+		if !j.Terminal() {
+			j.CancelRequested = true
+		}
+		return nil
+	})
+	if err != nil || j.Terminal() {
+		return j, err
+	}
+	if !m.cancelLocal(j.SandboxID, j.JobID) && j.Runner != "" && j.Runner != m.cfg.ReplicaID {
+		if err := m.st.Publish(ctx, store.ReplicaTopic(j.Runner)); err != nil {
+			return api.Job{}, err
+		}
+	}
+	return m.awaitJob(ctx, jobID, ev, cancelWait)
+}
+
+// cancelLocal cancels a job this replica runs and reports whether it does.
+func (m *Manager) cancelLocal(sandboxID, jobID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cancel, ok := m.jobs[sandboxID][jobID]
+	if ok {
+		cancel(errCanceled)
+	}
+	return ok
+}
+
+// serveCancels ends the local jobs whose cancel was requested through
+// another replica, each time one is (ReplicaTopic), until ctx ends.
+func (m *Manager) serveCancels(ctx context.Context) {
+	ev, unsubscribe, err := m.st.Subscribe(ctx, store.ReplicaTopic(m.cfg.ReplicaID))
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("job cancels from other replicas will not be seen", "err", err)
+		}
+		return
+	}
+	defer unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ev:
+		}
+		type ref struct{ sandbox, job string }
+		var local []ref
+		m.mu.Lock()
+		for sb, js := range m.jobs {
+			for id := range js {
+				local = append(local, ref{sb, id})
+			}
+		}
+		m.mu.Unlock()
+		for _, r := range local {
+			if j, err := m.st.GetJob(ctx, r.job); err == nil && j.CancelRequested && !j.Terminal() {
+				m.cancelLocal(r.sandbox, r.job)
+			}
+		}
+	}
+}
+
 // GetJob returns a job.
 func (m *Manager) GetJob(ctx context.Context, jobID string) (api.Job, error) {
 	return m.st.GetJob(ctx, jobID)
