@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -322,14 +323,37 @@ func TestCloseLeavesNoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Let the apps spawn their children.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(sessionProcs(s.id)) < want && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	// Let the apps spawn their children. A count alone can be reached by
+	// passing processes (chromium's launcher is a shell script that runs
+	// subshells before it execs the browser), so the programs themselves
+	// are waited for, and the list checked is the one that had them.
+	started := func(pids []int) bool {
+		// By the program each runs: a script's process is named after
+		// the script, not its interpreter.
+		progs, xterm, shell := map[string]int{}, 0, false
+		for _, pid := range pids {
+			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			progs[filepath.Base(exe)]++
+			if filepath.Base(exe) == "xterm" {
+				xterm = pid
+			}
+		}
+		for _, pid := range pids {
+			if st, ok := readStat(pid); ok && xterm != 0 && st.ppid == xterm {
+				shell = true
+			}
+		}
+		browser := len(apps) == 1 || progs["chromium"] >= 1
+		return len(pids) >= want && progs["Xvfb"] == 1 && progs["openbox"] == 1 && shell && browser
 	}
+	deadline := time.Now().Add(10 * time.Second)
 	before := sessionProcs(s.id)
-	if len(before) < want {
-		t.Errorf("only %d processes before Close: %v", len(before), describe(before))
+	for !started(before) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		before = sessionProcs(s.id)
+	}
+	if !started(before) {
+		t.Errorf("the session's programs did not all start (%d processes) before Close: %v", len(before), describe(before))
 	}
 	display, dir := s.Display(), s.dir
 	s.Close()
