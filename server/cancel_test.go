@@ -9,6 +9,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
 )
 
@@ -60,7 +61,7 @@ func wantCanceled(t *testing.T, j api.Job, stdout string) {
 // called name: a canceled command dies with its whole process group.
 func awaitNoProcess(t *testing.T, srv *testserver.Server, id, name string) {
 	t.Helper()
-	probe := `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = ` + name + ` ] && echo $p; done; true`
+	probe := testenv.ProcessesNamed(name)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		j := execWait(t, srv, id, map[string]any{"command": probe})

@@ -137,3 +137,10 @@ func ModuleRoot() (string, error) {
 	}
 	return filepath.Dir(gomod), nil
 }
+
+// ProcessesNamed is a shell command that prints the /proc entry of every
+// process whose name is name and succeeds: run in a sandbox, it shows
+// what is left of a killed command without needing ps.
+func ProcessesNamed(name string) string {
+	return `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = ` + name + ` ] && echo $p; done; true`
+}

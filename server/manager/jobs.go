@@ -277,16 +277,14 @@ var errCanceled = faults.New(faults.CodeJobCanceled, faults.Canceled, faults.Cli
 // and that replica is told to look (ReplicaTopic), so any replica can
 // cancel any job.
 func (m *Manager) CancelJob(ctx context.Context, jobID string) (api.Job, error) {
-	j, err := m.st.GetJob(ctx, jobID)
-	if err != nil || j.Terminal() {
-		return j, err
-	}
+	// Subscribed before the request is recorded, so that the job's end
+	// cannot come between the two unseen.
 	ev, unsubscribe, err := m.st.Subscribe(ctx, store.JobTopic(jobID))
 	if err != nil {
 		return api.Job{}, err
 	}
 	defer unsubscribe()
-	j, err = m.st.UpdateJob(ctx, jobID, func(j *api.Job) error {
+	j, err := m.st.UpdateJob(ctx, jobID, func(j *api.Job) error {
 		if !j.Terminal() {
 			j.CancelRequested = true
 		}
