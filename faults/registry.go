@@ -62,9 +62,9 @@ var registry = []CodeInfo{
 
 	// Files and patches inside a sandbox.
 	{CodeFileNotFound, NotFound, Client, false, false, "The file does not exist."},
-	{CodePathNotFound, NotFound, Client, false, false, "A directory on the path does not exist."},
+	{CodePathNotFound, NotFound, Client, false, false, "A directory on the path does not exist; for an exec, its cwd."},
 	{CodeIsDirectory, InvalidRequest, Client, false, false, "The path is a directory where a file was expected."},
-	{CodeNotDirectory, InvalidRequest, Client, false, false, "The path is a file where a directory was expected."},
+	{CodeNotDirectory, InvalidRequest, Client, false, false, "The path is a file where a directory was expected (an exec's cwd, say)."},
 	{CodePathEscape, InvalidRequest, Client, false, false, "The path leads outside the sandbox's file system."},
 	{CodeInvalidBase64, InvalidRequest, Client, false, false, "File content is not valid base64."},
 	{CodeFilePermission, PermissionDenied, Client, false, false, "The sandbox user may not read or write the path."},

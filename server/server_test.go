@@ -282,7 +282,6 @@ func TestSandboxLifecycleSDKSequence(t *testing.T) {
 		{"list command joined unquoted", map[string]any{"command": []string{"echo", "a", "b"}}, "succeeded", 0, "a b\n", "", nil},
 		{"stderr and exit", map[string]any{"command": "echo out; echo err >&2; exit 3"}, "failed", 3, "out\n", "err\n", nil},
 		{"default cwd", map[string]any{"command": "pwd"}, "succeeded", 0, "/workspace\n", "", nil},
-		{"missing cwd falls back", map[string]any{"command": "pwd", "cwd": "/nonexistent"}, "succeeded", 0, "/\n", "", nil},
 		{"env", map[string]any{"command": "echo $FOO", "env": map[string]string{"FOO": "bar"}}, "succeeded", 0, "bar\n", "", nil},
 		{"invalid utf8 replaced per byte", map[string]any{"command": `printf 'a\xff\xfeb'`}, "succeeded", 0, "a\uFFFD\uFFFDb", "", nil},
 		{"timeout", map[string]any{"command": "echo partial; sleep 30", "timeout_seconds": 1}, "failed", 124, "partial\n",
