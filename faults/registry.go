@@ -37,6 +37,8 @@ var registry = []CodeInfo{
 	{CodeCanceled, Canceled, Client, false, false, "The caller canceled the operation or went away."},
 	{CodeResponseTooLarge, TooLarge, Client, false, false, "A response exceeded the client's size bound."},
 	{CodeFaultPlanInvalid, InvalidRequest, Client, false, false, "A fault plan names an unknown kind or has a field out of range."},
+	{CodeLimitExceeded, InvalidRequest, Client, false, false, "A request field asks for more than this server gives: cpu or memory above the host's " +
+		"or the configured maximum (ORCHARD_MAX_CPU, ORCHARD_MAX_MEMORY). The value is well-formed; a server with more room may take it."},
 
 	// Records the caller names.
 	{CodeSandboxNotFound, NotFound, Client, false, false, "No sandbox has that id: it was never created, was deleted, or expired."},
