@@ -31,9 +31,15 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxOutputBytes > 0 {
 		maxOut = req.MaxOutputBytes
 	}
+	// A directory that is not there fails the request before the
+	// command starts: the job fails with the class, and no output.
+	dir, err := commandDir(req.Cwd, s.cfg.Cwd)
+	if err != nil {
+		return err
+	}
 	spec := runSpec{
 		argv:        shellArgv(req.Command, req.LoginShell),
-		dir:         commandDir(req.Cwd, s.cfg.Cwd),
+		dir:         dir,
 		env:         commandEnv(s.cfg.Env, req.Env),
 		timeout:     timeout,
 		maxOutput:   maxOut,

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/faults"
 )
 
 func TestExec(t *testing.T) {
@@ -27,10 +28,6 @@ func TestExec(t *testing.T) {
 		c.Env = append(os.Environ(), "PYTHONPATH=/agent/lib", "LD_LIBRARY_PATH=/agent/so", "AGENT_VAR=kept")
 	})
 	other := t.TempDir()
-	notDir := filepath.Join(other, "file")
-	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	tests := []struct {
 		name       string
@@ -48,8 +45,6 @@ func TestExec(t *testing.T) {
 		{name: "bash turns a child's signal into 128+n", req: api.AgentExecRequest{Command: "sh -c 'kill -15 $$'; exit $?"}, stderr: "Terminated\n", code: 143},
 		{name: "default cwd", req: api.AgentExecRequest{Command: "pwd"}, stdout: cwd + "\n"},
 		{name: "explicit cwd", req: api.AgentExecRequest{Command: "pwd", Cwd: other}, stdout: other + "\n"},
-		{name: "missing cwd falls back to /", req: api.AgentExecRequest{Command: "pwd", Cwd: "/no/such/dir"}, stdout: "/\n"},
-		{name: "file as cwd falls back to /", req: api.AgentExecRequest{Command: "pwd", Cwd: notDir}, stdout: "/\n"},
 		{
 			name:   "env overlaid, interpreter vars stripped",
 			req:    api.AgentExecRequest{Command: `echo "$FOO|${PYTHONPATH-unset}|${LD_LIBRARY_PATH-unset}|$AGENT_VAR"`, Env: map[string]string{"FOO": "bar baz"}},
@@ -101,6 +96,51 @@ func TestExec(t *testing.T) {
 				t.Errorf("exit = %+v, want %+v", r.exit, want)
 			}
 		})
+	}
+}
+
+// An explicit cwd that is not a directory fails the request before the
+// command starts (Orchard Env would run the command in "/"); a default one
+// that the image lacks still becomes "/".
+func TestExecCwd(t *testing.T) {
+	t.Parallel()
+	other := t.TempDir()
+	notDir := filepath.Join(other, "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(other, "ran")
+	a := startAgent(t, nil)
+	noDefault := startAgent(t, func(c *Config) { c.Cwd = filepath.Join(other, "absent") })
+
+	tests := []struct {
+		name   string
+		a      *testAgent
+		cwd    string
+		status int
+		cat    faults.Category
+		code   string
+		msg    string
+	}{
+		{"missing", a, "/no/such/dir", 404, faults.NotFound, faults.CodePathNotFound, "Working directory not found: /no/such/dir"},
+		{"a file", a, notDir, 400, faults.InvalidRequest, faults.CodeNotDirectory, "Working directory is not a directory: " + notDir},
+		{"under a file", a, notDir + "/sub", 404, faults.NotFound, faults.CodePathNotFound, "Working directory not found: " + notDir + "/sub"},
+		{"missing, with a default that is missing too", noDefault, "/no/such/dir", 404, faults.NotFound, faults.CodePathNotFound, "Working directory not found: /no/such/dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.a.Exec(context.Background(), api.AgentExecRequest{Command: "touch " + marker, Cwd: tt.cwd}, nil)
+			f := wantFault(t, err, tt.status, tt.cat, tt.code)
+			if f.Message != tt.msg {
+				t.Errorf("message %q, want %q", f.Message, tt.msg)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the command ran")
+			}
+		})
+	}
+	if r := noDefault.exec(t, api.AgentExecRequest{Command: "pwd"}); string(r.stdout) != "/\n" {
+		t.Errorf("a missing default cwd: pwd = %q, want /", r.stdout)
 	}
 }
 

@@ -311,7 +311,12 @@ func (ps *ptySession) run(ctx context.Context, init ptyInitFrame) {
 	if init.Cwd != nil {
 		dir = *init.Cwd
 	}
-	dir = commandDir(dir, def)
+	dir, err := commandDir(dir, def)
+	if err != nil {
+		// Closed as a bad init frame is: the client's mistake, not the agent's.
+		ps.fail(closeBadInit, faults.Of(err).Message)
+		return
+	}
 	env := commandEnv(ps.s.cfg.Env, init.Env)
 	if _, ok := envValue(env, "TERM"); !ok {
 		env = append(env, "TERM=xterm-256color")

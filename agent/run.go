@@ -104,17 +104,29 @@ func envValue(env []string, key string) (string, bool) {
 	return "", false
 }
 
-// commandDir is the directory a command runs in: dir, else the default,
-// silently "/" when that is not a directory (ORCHARD_COMPAT §4 applies the
-// fallback to an explicit cwd too).
-func commandDir(dir, def string) string {
+// commandDir is the directory a command runs in: dir, else the default.
+// The default (WORKING_DIR, /workspace) becomes "/" when the image has no
+// such directory, as in Orchard Env. An explicit dir must be a directory:
+// Orchard Env falls back to "/" for it too (ORCHARD_COMPAT §4), which runs
+// a command meant for one directory in another and reports success — with
+// a mistyped cwd, `rm -rf *` at the root. It is checked here, when the
+// command starts, not when the request arrives: a job queued behind the
+// one that creates the directory finds it.
+func commandDir(dir, def string) (string, error) {
 	if dir == "" {
-		dir = def
+		if fi, err := os.Stat(def); err != nil || !fi.IsDir() {
+			return "/", nil
+		}
+		return def, nil
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return "/"
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return "", fileFault(err, dir, faults.New(faults.CodePathNotFound, faults.NotFound, faults.Client, "Working directory not found: "+dir))
+	case !fi.IsDir():
+		return "", faults.New(faults.CodeNotDirectory, faults.InvalidRequest, faults.Client, "Working directory is not a directory: "+dir)
 	}
-	return dir
+	return dir, nil
 }
 
 // lookPath finds file the way execvp would for a child with env and working

@@ -37,10 +37,13 @@ type CreateSandboxRequest struct {
 	Image        string  `json:"image"`
 	BlockNetwork *bool   `json:"block_network"`
 	SandboxID    *string `json:"sandbox_id"`
-	CPU          *string `json:"cpu"`
-	Memory       *string `json:"memory"`
-	Timeout      *int    `json:"timeout"`
-	Kind         string  `json:"kind,omitempty"`
+	// CPU and Memory are Kubernetes quantities ("2", "500m"; "512Mi",
+	// "16Gi"), above 0 and at most the server's limits (the host's CPUs
+	// and RAM unless configured); absent or "" take the defaults.
+	CPU     *string `json:"cpu"`
+	Memory  *string `json:"memory"`
+	Timeout *int    `json:"timeout" openapi:"minimum=0" doc:"readiness timeout, seconds; 0 or null: 3600"`
+	Kind    string  `json:"kind,omitempty"`
 	// Browser configures a browser sandbox (viewport, user_agent, locale,
 	// timezone, headless, auto_accept_dialogs, focus_new_tabs).
 	Browser json.RawMessage `json:"browser,omitempty"`
@@ -49,7 +52,7 @@ type CreateSandboxRequest struct {
 	Desktop    json.RawMessage   `json:"desktop,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
-	TTLSeconds *int              `json:"ttl_seconds,omitempty"`
+	TTLSeconds *int              `json:"ttl_seconds,omitempty" openapi:"minimum=0" doc:"hard cap on the sandbox's age, seconds; 0 or absent: SANDBOX_TTL_HOURS"`
 	// Egress limits a network-enabled sandbox to some hosts.
 	Egress *Egress `json:"egress,omitempty"`
 	// Faults is a fault plan ({"faults": [...]}) injected into the
@@ -135,11 +138,14 @@ func (c *Command) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ExecRequest is the body of POST /sandboxes/{id}/exec.
+// ExecRequest is the body of POST /sandboxes/{id}/exec. The doc and
+// openapi tags describe fields in the server's OpenAPI document; the
+// server enforces the bounds they state.
 type ExecRequest struct {
+	// Command may not contain a NUL byte (no process can receive one).
 	Command        *Command          `json:"command"`
-	TimeoutSeconds *int              `json:"timeout_seconds"`
-	Cwd            *string           `json:"cwd"`
+	TimeoutSeconds *int              `json:"timeout_seconds" openapi:"minimum=0" doc:"seconds; 0 or null: DEFAULT_TIMEOUT_SECONDS (300)"`
+	Cwd            *string           `json:"cwd" doc:"must be a directory when the command starts, or the job fails (file.path_not_found, file.not_directory); null: the sandbox's working directory"`
 	Env            map[string]string `json:"env"`
 	LoginShell     bool              `json:"login_shell"`
 	Wait           bool              `json:"wait"`
@@ -193,7 +199,7 @@ type ExecQueued struct {
 // PatchRequest is the body of POST /sandboxes/{id}/apply_patch.
 type PatchRequest struct {
 	Patch          *string `json:"patch"`
-	TimeoutSeconds *int    `json:"timeout_seconds"`
+	TimeoutSeconds *int    `json:"timeout_seconds" openapi:"minimum=0" doc:"seconds; 0 or null: 30"`
 }
 
 // PatchResult is the body apply_patch answers with.

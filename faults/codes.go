@@ -192,6 +192,14 @@ const (
 	CodeFaultPlanInvalid = "client.invalid_fault_plan"
 )
 
+// Limits a request may not exceed.
+const (
+	// CodeLimitExceeded: a well-formed request field asks for more than
+	// this server gives (cpu or memory above the host's or the configured
+	// maximum); a server with more room may take the same request.
+	CodeLimitExceeded = "client.limit_exceeded"
+)
+
 // Episodes and their evaluation.
 const (
 	// CodeJudgeFailed: the LLM judge could not be reached or gave no

@@ -37,6 +37,8 @@ var registry = []CodeInfo{
 	{CodeCanceled, Canceled, Client, false, false, "The caller canceled the operation or went away."},
 	{CodeResponseTooLarge, TooLarge, Client, false, false, "A response exceeded the client's size bound."},
 	{CodeFaultPlanInvalid, InvalidRequest, Client, false, false, "A fault plan names an unknown kind or has a field out of range."},
+	{CodeLimitExceeded, InvalidRequest, Client, false, false, "A request field asks for more than this server gives: cpu or memory above the host's " +
+		"or the configured maximum (ORCHARD_MAX_CPU, ORCHARD_MAX_MEMORY). The value is well-formed; a server with more room may take it."},
 
 	// Records the caller names.
 	{CodeSandboxNotFound, NotFound, Client, false, false, "No sandbox has that id: it was never created, was deleted, or expired."},
@@ -62,9 +64,9 @@ var registry = []CodeInfo{
 
 	// Files and patches inside a sandbox.
 	{CodeFileNotFound, NotFound, Client, false, false, "The file does not exist."},
-	{CodePathNotFound, NotFound, Client, false, false, "A directory on the path does not exist."},
+	{CodePathNotFound, NotFound, Client, false, false, "A directory on the path does not exist; for an exec, its cwd."},
 	{CodeIsDirectory, InvalidRequest, Client, false, false, "The path is a directory where a file was expected."},
-	{CodeNotDirectory, InvalidRequest, Client, false, false, "The path is a file where a directory was expected."},
+	{CodeNotDirectory, InvalidRequest, Client, false, false, "The path is a file where a directory was expected (an exec's cwd, say)."},
 	{CodePathEscape, InvalidRequest, Client, false, false, "The path leads outside the sandbox's file system."},
 	{CodeInvalidBase64, InvalidRequest, Client, false, false, "File content is not valid base64."},
 	{CodeFilePermission, PermissionDenied, Client, false, false, "The sandbox user may not read or write the path."},

@@ -85,9 +85,9 @@ type episodeRequest struct {
 	Task             *tasks.Task     `json:"task,omitempty"`
 	Sandbox          json.RawMessage `json:"sandbox,omitempty"` // POST /sandboxes fields (kind, browser, desktop, memory, faults, block_network, egress)
 	Observe          map[string]any  `json:"observe,omitempty"`
-	MaxSteps         int             `json:"max_steps,omitempty"`
-	StepTimeoutMS    int             `json:"step_timeout_ms,omitempty"`
-	EpisodeTimeoutMS int             `json:"episode_timeout_ms,omitempty"`
+	MaxSteps         int             `json:"max_steps,omitempty" openapi:"minimum=0" doc:"0: the task's, else the default"`
+	StepTimeoutMS    int             `json:"step_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
+	EpisodeTimeoutMS int             `json:"episode_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
 	Record           *bool           `json:"record,omitempty"`
 }
 
@@ -329,6 +329,13 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	if err := decodeJSON(body(c), &req); err != nil {
 		return err
 	}
+	var v checks
+	v.nonNegative(&req.MaxSteps, []any{"body", "max_steps"})
+	v.nonNegative(&req.StepTimeoutMS, []any{"body", "step_timeout_ms"})
+	v.nonNegative(&req.EpisodeTimeoutMS, []any{"body", "episode_timeout_ms"})
+	if err := v.err(); err != nil {
+		return err
+	}
 	var task tasks.Task
 	switch {
 	case req.Task != nil:
@@ -382,7 +389,7 @@ func (s *Server) createEpisode(c *gin.Context) error {
 			}
 		}
 	}
-	if err := sandboxParams(&p, spec, "body", "sandbox"); err != nil {
+	if err := s.sandboxParams(&p, spec, "body", "sandbox"); err != nil {
 		return err
 	}
 	if err := episodeKind(&p, task); err != nil {

@@ -40,16 +40,25 @@ type validationItem struct {
 	Loc   []any  `json:"loc"`
 	Msg   string `json:"msg"`
 	Input any    `json:"input"`
+	// Ctx holds the bound a constraint error names, as pydantic gives it
+	// ({"ge": 0} with type greater_than_equal).
+	Ctx map[string]any `json:"ctx,omitempty"`
 }
 
 // errValidation builds a 422 in FastAPI's shape; the error object carries
 // the first item's message.
 func errValidation(items ...validationItem) *faults.Error {
+	return errValidationCode(faults.CodeValidation, items...)
+}
+
+// errValidationCode is errValidation with another code in the error object
+// (the detail list is the same).
+func errValidationCode(code string, items ...validationItem) *faults.Error {
 	msg := "request validation failed"
 	if len(items) > 0 {
 		msg = fmt.Sprintf("%s: %v", items[0].Msg, items[0].Loc)
 	}
-	e := faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, msg).WithStatus(http.StatusUnprocessableEntity)
+	e := faults.New(code, faults.InvalidRequest, faults.Client, msg).WithStatus(http.StatusUnprocessableEntity)
 	e.Detail = items
 	return e
 }
@@ -102,8 +111,9 @@ func describe(te *json.UnmarshalTypeError) string {
 	return te.Type.String()
 }
 
-// queryInt reads an integer query parameter, 422 when it is not one.
-func queryInt(c *gin.Context, name string, def int) (int, error) {
+// queryInt reads an integer query parameter of at least min, 422 when it
+// is not one.
+func queryInt(c *gin.Context, name string, def, min int) (int, error) {
 	s, ok := c.GetQuery(name)
 	if !ok {
 		return def, nil
@@ -112,6 +122,10 @@ func queryInt(c *gin.Context, name string, def int) (int, error) {
 	if err != nil {
 		return 0, errValidation(validationItem{Type: "int_parsing", Loc: []any{"query", name},
 			Msg: "Input should be a valid integer, unable to parse string as an integer", Input: s})
+	}
+	if n < min {
+		// FastAPI echoes a query value as the string it received.
+		return 0, errValidation(tooSmall([]any{"query", name}, s, min))
 	}
 	return n, nil
 }

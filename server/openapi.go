@@ -1,12 +1,16 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/orchard/orchard/server/manager"
 )
 
 var ginParam = regexp.MustCompile(`:([a-zA-Z_]+)`)
@@ -43,8 +47,12 @@ func (s *Server) OpenAPI() map[string]any {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
 		for _, q := range r.query {
+			sch := map[string]any{"type": q.typ}
+			if m, ok := r.queryMin[q.name]; ok {
+				sch["minimum"] = m
+			}
 			params = append(params, map[string]any{"name": q.name, "in": "query", "required": q.required,
-				"description": q.doc, "schema": map[string]any{"type": q.typ}})
+				"description": q.doc, "schema": sch})
 		}
 		if params != nil {
 			op["parameters"] = params
@@ -73,6 +81,7 @@ func (s *Server) OpenAPI() map[string]any {
 		}
 		item[strings.ToLower(r.method)] = op
 	}
+	describeLimits(schemas, s.mgr.Limits())
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info":    map[string]any{"title": "Orchard", "version": Version},
@@ -125,7 +134,7 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 				if tag == "" {
 					tag = f.Name
 				}
-				props[tag] = schemaOf(f.Type, schemas)
+				props[tag] = fieldSchema(f, schemas)
 			}
 			schemas[name] = map[string]any{"type": "object", "properties": props}
 		}
@@ -155,6 +164,57 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		s["nullable"] = true
 	}
 	return s
+}
+
+// fieldSchema describes a struct field: its type's schema with the bounds
+// of its `openapi` tag ("minimum=0,maximum=10") and the text of its `doc`
+// tag. The handlers enforce the same bounds (validate.go).
+func fieldSchema(f reflect.StructField, schemas map[string]any) map[string]any {
+	s := schemaOf(f.Type, schemas)
+	tag, doc := f.Tag.Get("openapi"), f.Tag.Get("doc")
+	if tag == "" && doc == "" {
+		return s
+	}
+	if _, ref := s["$ref"]; ref {
+		return s // a $ref takes no siblings in OpenAPI 3.0
+	}
+	for _, kv := range strings.Split(tag, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			panic(fmt.Sprintf("openapi tag of %s: %q is not a number", f.Name, v))
+		}
+		s[k] = n
+	}
+	if doc != "" {
+		s["description"] = doc
+	}
+	return s
+}
+
+// describeLimits states this server's cpu and memory limits on the create
+// request, whose fields are quantity strings (no numeric maximum applies).
+func describeLimits(schemas map[string]any, l manager.Limits) {
+	req, _ := schemas["CreateSandboxRequest"].(map[string]any)
+	props, _ := req["properties"].(map[string]any)
+	if props == nil {
+		return
+	}
+	set := func(field, doc string) {
+		if p, ok := props[field].(map[string]any); ok {
+			p["description"] = doc
+		}
+	}
+	set("cpu", fmt.Sprintf(`CPU quantity ("2", "0.5", "500m"), above 0 and at most %s on this server (%s); absent, null or "": DEFAULT_CPU`,
+		strconv.FormatFloat(l.CPU, 'f', -1, 64), l.CPUFrom))
+	mem := `memory quantity ("512Mi", "16Gi", bytes), above 0`
+	if l.Memory > 0 {
+		mem += fmt.Sprintf(" and at most %s on this server (%s)", manager.FormatMemory(l.Memory), l.MemoryFrom)
+	}
+	set("memory", mem+`; absent, null or "": DEFAULT_MEMORY`)
 }
 
 func (s *Server) openapi(c *gin.Context) error {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -31,7 +30,10 @@ type route struct {
 	request      any  // body type, nil if none
 	response     any  // 200 body type
 	query        []queryParam
-	handler      handlerFunc
+	// queryMin holds the minimums of integer query parameters, which the
+	// handler enforces (queryInt).
+	queryMin map[string]int
+	handler  handlerFunc
 	// produces is the 200 media type when it is not JSON.
 	produces string
 	// rawBody: the body is a file (JSONL, YAML), not one JSON document.
@@ -60,7 +62,8 @@ func (s *Server) table() []route {
 			response: api.SandboxList{}, handler: s.listSandboxes},
 		{method: "GET", path: "/sandboxes/:id", summary: "Get a sandbox", response: api.Sandbox{}, handler: s.getSandbox},
 		{method: "GET", path: "/sandboxes/:id/wait", summary: "Wait until the sandbox is ready (408 on timeout)",
-			query: []queryParam{{"timeout", "integer", "seconds (default 3600)", false}}, response: api.Sandbox{}, handler: s.waitSandbox},
+			query:    []queryParam{{"timeout", "integer", "seconds (default 3600; 0 looks once and answers)", false}},
+			queryMin: map[string]int{"timeout": 0}, response: api.Sandbox{}, handler: s.waitSandbox},
 		{method: "DELETE", path: "/sandboxes/:id", summary: "Delete a sandbox (idempotent)", response: api.DeleteResponse{}, handler: s.deleteSandbox},
 		{method: "POST", path: "/sandboxes/:id/heartbeat", summary: "Record a heartbeat", response: api.StatusOK{}, handler: s.heartbeat},
 		{method: "POST", path: "/sandboxes/:id/exec", summary: "Run a command as a job",
@@ -77,7 +80,8 @@ func (s *Server) table() []route {
 			query: []queryParam{{"path", "string", "directory (default /workspace)", false}}, response: api.FileList{}, handler: s.listFiles},
 		{method: "GET", path: "/jobs/:job_id", summary: "Get a job", response: api.Job{}, handler: s.getJob},
 		{method: "GET", path: "/jobs/:job_id/wait", summary: "Wait for a job (200 with its state, terminal or not)",
-			query: []queryParam{{"timeout", "integer", "seconds (default 300)", false}}, response: api.Job{}, handler: s.waitJob},
+			query:    []queryParam{{"timeout", "integer", "seconds (default 300; 0 answers at once)", false}},
+			queryMin: map[string]int{"timeout": 0}, response: api.Job{}, handler: s.waitJob},
 		{method: "POST", path: "/jobs/:job_id/cancel", summary: "Cancel a job: kill its command; 200 with the job once ended (a finished job unchanged)",
 			response: api.Job{}, handler: s.cancelJob},
 	}
@@ -142,7 +146,7 @@ func (s *Server) createSandbox(c *gin.Context) error {
 		return errValidation(validationItem{Type: "string_type", Loc: []any{"body", "image"}, Msg: "Input should be a valid string", Input: nil})
 	}
 	p := manager.CreateParams{BlockNetwork: true}
-	if err := sandboxParams(&p, req, "body"); err != nil {
+	if err := s.sandboxParams(&p, req, "body"); err != nil {
 		return err
 	}
 	rec, err := s.mgr.Create(c.Request.Context(), p)
@@ -159,9 +163,22 @@ func (s *Server) createSandbox(c *gin.Context) error {
 // sandboxParams applies a POST /sandboxes body to p, validating it; loc is
 // where the body is in the request, for validation errors. POST /episodes
 // uses it for its "sandbox" field, over defaults of its own.
-func sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ...any) error {
-	at := func(field ...any) []any { return append(append([]any(nil), loc...), field...) }
+func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ...any) error {
+	at := func(field ...any) []any { return joinLoc(loc, field...) }
 	has := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	var c checks
+	lim := s.mgr.Limits()
+	c.cpu(req.CPU, lim, at("cpu"))
+	c.memory(req.Memory, lim, at("memory"))
+	c.nonNegative(req.Timeout, at("timeout"))
+	c.nonNegative(req.TTLSeconds, at("ttl_seconds"))
+	c.env(req.Env, at("env"))
+	if has(req.Browser) {
+		c.browserTimeouts(req.Browser, at("browser"))
+	}
+	if err := c.err(); err != nil {
+		return err
+	}
 	if req.Image != "" {
 		p.Image = req.Image
 	}
@@ -286,7 +303,7 @@ func (s *Server) getSandbox(c *gin.Context) error {
 }
 
 func (s *Server) waitSandbox(c *gin.Context) error {
-	timeout, err := queryInt(c, "timeout", 3600)
+	timeout, err := queryInt(c, "timeout", 3600, 0)
 	if err != nil {
 		return err
 	}
@@ -325,6 +342,16 @@ func (s *Server) exec(c *gin.Context) error {
 	if req.Command == nil {
 		return errValidation(missingField("body", "command", jsonInput(raw)))
 	}
+	var v checks
+	v.noNUL(string(*req.Command), "command", []any{"body", "command"})
+	v.nonNegative(req.TimeoutSeconds, []any{"body", "timeout_seconds"})
+	if req.Cwd != nil {
+		v.noNUL(*req.Cwd, "cwd", []any{"body", "cwd"})
+	}
+	v.env(req.Env, []any{"body", "env"})
+	if err := v.err(); err != nil {
+		return err
+	}
 	p := manager.ExecParams{Command: string(*req.Command), Env: req.Env, LoginShell: req.LoginShell, Wait: req.Wait}
 	if req.TimeoutSeconds != nil {
 		p.TimeoutSeconds = *req.TimeoutSeconds
@@ -354,7 +381,7 @@ func (s *Server) getJob(c *gin.Context) error {
 }
 
 func (s *Server) waitJob(c *gin.Context) error {
-	timeout, err := queryInt(c, "timeout", 300)
+	timeout, err := queryInt(c, "timeout", 300, 0)
 	if err != nil {
 		return err
 	}
@@ -383,6 +410,11 @@ func (s *Server) applyPatch(c *gin.Context) error {
 	}
 	if req.Patch == nil {
 		return errValidation(missingField("body", "patch", jsonInput(raw)))
+	}
+	var v checks
+	v.nonNegative(req.TimeoutSeconds, []any{"body", "timeout_seconds"})
+	if err := v.err(); err != nil {
+		return err
 	}
 	timeout := 30
 	if req.TimeoutSeconds != nil {
@@ -481,7 +513,7 @@ type sandboxUsed struct {
 
 func (s *Server) resources(c *gin.Context) error {
 	host, _ := os.Hostname()
-	capQ := quantity{CPU: float64(goruntime.NumCPU()), MemoryBytes: hostMemory()}
+	capQ := quantity{CPU: float64(goruntime.NumCPU()), MemoryBytes: manager.HostMemory()}
 	recs, err := s.mgr.List(c.Request.Context(), nil, "", "")
 	if err != nil {
 		return err
@@ -508,18 +540,4 @@ func (s *Server) resources(c *gin.Context) error {
 	out.Available = quantity{CPU: max(capQ.CPU-out.TotalRequested.CPU, 0), MemoryBytes: max(capQ.MemoryBytes-out.TotalRequested.MemoryBytes, 0)}
 	c.JSON(http.StatusOK, out)
 	return nil
-}
-
-func hostMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }

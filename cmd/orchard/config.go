@@ -159,6 +159,15 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	num("DEFAULT_TIMEOUT_SECONDS", func(f float64) { m.DefaultTimeoutSeconds = int(f) })
 	num("MAX_CONCURRENT_CREATES", func(f float64) { m.MaxConcurrentCreates = int(f) })
 	num("ORCHARD_MAX_OUTPUT_BYTES", func(f float64) { m.MaxOutputBytes = int64(f) })
+	quantity := func(name string, parse func(string) error) {
+		if v := getenv(name); v != "" {
+			if err := parse(v); err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+			}
+		}
+	}
+	quantity("ORCHARD_MAX_CPU", func(v string) (err error) { m.MaxCPU, err = manager.ParseCPU(v); return err })
+	quantity("ORCHARD_MAX_MEMORY", func(v string) (err error) { m.MaxMemory, err = manager.ParseMemory(v); return err })
 	secs("SANDBOX_TTL_HOURS", &m.SandboxTTL, time.Hour)
 	secs("ORPHAN_JOB_TTL_HOURS", &m.OrphanJobTTL, time.Hour)
 	secs("CLEANUP_INTERVAL_SECONDS", &m.CleanupInterval, time.Second)

@@ -61,6 +61,12 @@ type Config struct {
 	ExecConnectRetryWindow  time.Duration // EXEC_CONNECT_RETRY_WINDOW
 	MaxConcurrentCreates    int           // MAX_CONCURRENT_CREATES
 	MaxOutputBytes          int64         // per stream, per job
+	// MaxCPU (cores) and MaxMemory (bytes) are the largest cpu and memory
+	// a create may ask for (ORCHARD_MAX_CPU, ORCHARD_MAX_MEMORY); 0 means
+	// the host's CPUs and RAM. DefaultCPU and DefaultMemory are not held
+	// to them: they are the operator's own choice.
+	MaxCPU    float64
+	MaxMemory int64
 	// DisableEgress makes block_network:false creates fail with 501 (a
 	// server with no way to give sandboxes network).
 	DisableEgress bool
@@ -133,6 +139,7 @@ type Manager struct {
 	dial    func(addr string) Agent
 	log     *slog.Logger
 	creates chan struct{} // semaphore bounding concurrent runtime creates
+	limits  Limits
 
 	mu       sync.Mutex // guards locks, creating, deleting, jobs
 	locks    map[string]*sandboxLock
@@ -163,6 +170,7 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) 
 	return &Manager{
 		cfg: cfg, rt: rt, st: st, dial: dial, log: log,
 		creates:  make(chan struct{}, cfg.MaxConcurrentCreates),
+		limits:   cfg.limits(),
 		locks:    map[string]*sandboxLock{},
 		creating: map[string]*creation{},
 		deleting: map[string]chan struct{}{},
