@@ -35,6 +35,10 @@ type Config struct {
 	// EgressHosts pins host names to addresses for sandbox egress
 	// (EGRESS_HOSTS="site.test=10.0.0.5,..."), like curl --resolve.
 	EgressHosts string
+	// HostExpose lists host paths that "host" sandboxes see read-only
+	// although a mask hides them (--host-expose, repeated, or
+	// ORCHARD_HOST_EXPOSE, separated by ':'); see local.Config.HostExpose.
+	HostExpose []string
 	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
@@ -95,6 +99,14 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 			*dst = b
 		}
 	}
+	// paths reads a list of paths separated by ':', as PATH is.
+	paths := func(name string, dst *[]string) {
+		for _, p := range filepath.SplitList(getenv(name)) {
+			if p != "" {
+				*dst = append(*dst, p)
+			}
+		}
+	}
 	secs := func(name string, dst *time.Duration, unit time.Duration) {
 		num(name, func(f float64) { *dst = time.Duration(f * float64(unit)) })
 	}
@@ -118,6 +130,9 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 				cfg.Store = "redis"
 			}
 		}
+	}
+	if !flagSet("host-expose") {
+		paths("ORCHARD_HOST_EXPOSE", &cfg.HostExpose)
 	}
 	str("ORCHARD_AGENT", &cfg.AgentPath)
 	str("ORCHARD_INIT", &cfg.InitPath)

@@ -82,8 +82,17 @@ type Config struct {
 	// pages are also charged to the sandbox's memory cgroup). Default 8 GiB.
 	WritableBytes int64
 	// HostMasks lists extra host paths hidden from "host" sandboxes, on top
-	// of the built-in ones (/tmp, /root, /home, /work, StateDir, ...).
+	// of the built-in ones (/tmp, /root, /home, /var/lib, /var/log, /work,
+	// StateDir, ...).
 	HostMasks []string
+	// HostExpose lists host paths that "host" sandboxes see read-only
+	// although a mask hides them (a dataset under /home, a service's logs
+	// in /var/log): each is bound read-only at its own path (symlinks
+	// resolved), one file system (mounts below it are not included). A
+	// path may not be or hold StateDir, a HostMasks path or the host's key
+	// files (/etc/shadow, TLS and SSH keys), lie inside one of them, or
+	// hold any other mask, which it would undo; New refuses it.
+	HostExpose []string
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -126,6 +135,12 @@ func (c *Config) validate() error {
 			return fmt.Errorf("local runtime: host mask %q must be an absolute path below /", c.HostMasks[i])
 		}
 		c.HostMasks[i] = m
+	}
+	for i, p := range c.HostExpose {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("local runtime: exposed host path %q must be absolute", p)
+		}
+		c.HostExpose[i] = filepath.Clean(p)
 	}
 	return nil
 }
@@ -182,6 +197,7 @@ type Local struct {
 // first use (Inspect, List, Delete).
 func New(cfg Config) (*Local, error) {
 	cfg.HostMasks = slices.Clone(cfg.HostMasks)
+	cfg.HostExpose = slices.Clone(cfg.HostExpose)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -195,6 +211,16 @@ func New(cfg Config) (*Local, error) {
 
 		protectAgent: canLowerOOMScore(),
 		fullNet:      &fullNet{},
+	}
+	l.hostMasks = hostMasks(cfg.StateDir, cfg.HostMasks)
+	secrets := append([]string{cfg.StateDir, "/var/lib/orchard"}, keyFiles()...)
+	secrets = append(secrets, cfg.HostMasks...)
+	for i, p := range cfg.HostExpose {
+		rp, err := checkExposed(p, l.hostMasks, secrets)
+		if err != nil {
+			return nil, fmt.Errorf("local runtime: expose %s to sandboxes: %w", p, err)
+		}
+		l.cfg.HostExpose[i] = rp
 	}
 	l.nofile = nofileLimit(l.protectAgent)
 	if !l.protectAgent {
@@ -226,14 +252,13 @@ func New(cfg Config) (*Local, error) {
 	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), l.log); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
-	l.hostMasks = hostMasks(cfg.StateDir, cfg.HostMasks)
 	if cfg.InitPath != "" {
 		if l.init, err = sealInit(cfg.InitPath); err != nil {
 			return nil, fmt.Errorf("local runtime: container init %s: %w", cfg.InitPath, err)
 		}
 	}
 	if l.masks, err = buildMasksLayer(l.hostMasks); err == nil {
-		if err = overlayTakesLayer(l.masks); err != nil {
+		if err = overlayTakesLayer(l.masks, l.hostMasks); err != nil {
 			l.masks.Close()
 			l.masks = nil
 		}
