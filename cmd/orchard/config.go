@@ -39,6 +39,10 @@ type Config struct {
 	// although a mask hides them (--host-expose, repeated, or
 	// ORCHARD_HOST_EXPOSE, separated by ':'); see local.Config.HostExpose.
 	HostExpose []string
+	// ImageDirs lists the directories "docker-archive:" and "oci-layout:"
+	// image references may name (--image-dir, repeated, or
+	// ORCHARD_IMAGE_DIRS, separated by ':'); none by default.
+	ImageDirs []string
 	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
@@ -133,6 +137,9 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	}
 	if !flagSet("host-expose") {
 		paths("ORCHARD_HOST_EXPOSE", &cfg.HostExpose)
+	}
+	if !flagSet("image-dir") {
+		paths("ORCHARD_IMAGE_DIRS", &cfg.ImageDirs)
 	}
 	str("ORCHARD_AGENT", &cfg.AgentPath)
 	str("ORCHARD_INIT", &cfg.InitPath)

@@ -39,9 +39,10 @@ import (
 )
 
 var (
-	_ runtime.Runtime    = (*Local)(nil)
-	_ runtime.OOMCounter = (*Local)(nil)
-	_ runtime.Closer     = (*Local)(nil)
+	_ runtime.Runtime      = (*Local)(nil)
+	_ runtime.OOMCounter   = (*Local)(nil)
+	_ runtime.Closer       = (*Local)(nil)
+	_ runtime.ImageChecker = (*Local)(nil)
 )
 
 // ImageHost is the default image: the host's root, read-only, under a
@@ -93,6 +94,15 @@ type Config struct {
 	// files (/etc/shadow, TLS and SSH keys), lie inside one of them, or
 	// hold any other mask, which it would undo; New refuses it.
 	HostExpose []string
+	// ImageDirs lists the directories whose archives and layouts
+	// "docker-archive:" and "oci-layout:" references may name, once the
+	// reference's symlinks and ".." are resolved; a reference naming any
+	// other path is refused (image.path_not_allowed), so that API clients
+	// cannot make the server open what it can read of the host. Empty (the
+	// default): such references are refused. A directory may not be "/"
+	// or hold or lie in StateDir, which holds every sandbox's writable
+	// layer and what images unpacked to.
+	ImageDirs []string
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -136,6 +146,17 @@ func (c *Config) validate() error {
 		}
 		c.HostMasks[i] = m
 	}
+	stateDir := c.StateDir
+	if sd, err := filepath.EvalSymlinks(stateDir); err == nil {
+		stateDir = sd
+	}
+	for i, d := range c.ImageDirs {
+		rd, err := imageDir(d, stateDir)
+		if err != nil {
+			return fmt.Errorf("local runtime: image directory %s: %w", d, err)
+		}
+		c.ImageDirs[i] = rd
+	}
 	for i, p := range c.HostExpose {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("local runtime: exposed host path %q must be absolute", p)
@@ -143,6 +164,25 @@ func (c *Config) validate() error {
 		c.HostExpose[i] = filepath.Clean(p)
 	}
 	return nil
+}
+
+// imageDir returns d, an image directory (Config.ImageDirs), with its
+// symlinks resolved, or why it cannot be one.
+func imageDir(d, stateDir string) (string, error) {
+	if !filepath.IsAbs(d) {
+		return "", errors.New("not an absolute path")
+	}
+	rd, err := filepath.EvalSymlinks(d)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(rd); err != nil || !fi.IsDir() {
+		return "", errors.New("not a directory")
+	}
+	if rd == "/" || within(rd, stateDir) || within(stateDir, rd) {
+		return "", fmt.Errorf("it is, holds or lies in the state directory %s", stateDir)
+	}
+	return rd, nil
 }
 
 // Local is the local runtime. It is safe for concurrent use.
@@ -198,6 +238,7 @@ type Local struct {
 func New(cfg Config) (*Local, error) {
 	cfg.HostMasks = slices.Clone(cfg.HostMasks)
 	cfg.HostExpose = slices.Clone(cfg.HostExpose)
+	cfg.ImageDirs = slices.Clone(cfg.ImageDirs)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -249,7 +290,7 @@ func New(cfg Config) (*Local, error) {
 			return nil, fmt.Errorf("local runtime: %w", err)
 		}
 	}
-	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), l.log); err != nil {
+	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), cfg.ImageDirs, l.log); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	if cfg.InitPath != "" {
