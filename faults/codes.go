@@ -66,6 +66,16 @@ const (
 	CodeSymlinkLoop    = "file.symlink_loop"
 )
 
+// Local images (oci-layout:, docker-archive:).
+const (
+	// CodeImagePathNotAllowed: the path lies outside the directories the
+	// server reads local images from.
+	CodeImagePathNotAllowed = "image.path_not_allowed"
+	// CodeImagePathNotRegular: the path is not a regular file
+	// (docker-archive:) or a directory of regular files (oci-layout:).
+	CodeImagePathNotRegular = "image.path_not_regular"
+)
+
 // Client side of the API.
 const (
 	// CodeUnreachable: the server could not be reached or the connection

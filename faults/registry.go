@@ -84,6 +84,10 @@ var registry = []CodeInfo{
 	{CodeImageNotFound, NotFound, Client, false, false, "The image does not exist, or has no variant for this architecture."},
 	{CodeImagePull, Unavailable, Network, true, true, "Pulling the image from its registry failed."},
 	{CodeImageUnpack, Internal, Platform, false, true, "The image was fetched but could not be unpacked."},
+	{CodeImagePathNotAllowed, PermissionDenied, Client, false, false, "An `oci-layout:` or `docker-archive:` path lies outside the directories the server reads local images from " +
+		"(`ORCHARD_IMAGE_DIRS`; none by default), once its symlinks and `..` are resolved."},
+	{CodeImagePathNotRegular, InvalidRequest, Client, false, false, "A local image path is not what its reference needs: a regular file for `docker-archive:`, " +
+		"a directory of regular files for `oci-layout:`; not a device, pipe or socket, nor a link to one or to a directory."},
 
 	// Platform: the server, its store and its client.
 	{CodeInternal, Internal, Platform, false, true, "An unexpected error in Orchard itself."},

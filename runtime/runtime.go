@@ -80,6 +80,14 @@ type OOMCounter interface {
 	OOMKills(id string) (uint64, error)
 }
 
+// ImageChecker is an optional ability: refuse an image reference before
+// a sandbox record exists (a local image path the server may not read),
+// so that the create request fails with the reason instead of returning
+// a sandbox that fails to start.
+type ImageChecker interface {
+	CheckImage(ref string) error
+}
+
 // Closer is an optional ability: release backend resources at shutdown
 // without deleting sandboxes (they are re-attached on the next start).
 type Closer interface {

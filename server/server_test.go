@@ -417,8 +417,9 @@ func TestFilesAndPatch(t *testing.T) {
 }
 
 func TestFileOpsOnFailedSandbox(t *testing.T) {
-	srv := testserver.Start(t, testserver.Options{})
-	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "oci-layout:/nonexistent/layout", "block_network": true})
+	images := t.TempDir()
+	srv := testserver.Start(t, testserver.Options{ImageDirs: []string{images}})
+	r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "oci-layout:" + images + "/nonexistent", "block_network": true})
 	want(t, r, 200)
 	id := r.body["sandbox_id"].(string)
 	w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=60", nil)

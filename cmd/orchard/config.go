@@ -35,6 +35,14 @@ type Config struct {
 	// EgressHosts pins host names to addresses for sandbox egress
 	// (EGRESS_HOSTS="site.test=10.0.0.5,..."), like curl --resolve.
 	EgressHosts string
+	// HostExpose lists host paths that "host" sandboxes see read-only
+	// although a mask hides them (--host-expose, repeated, or
+	// ORCHARD_HOST_EXPOSE, separated by ':'); see local.Config.HostExpose.
+	HostExpose []string
+	// ImageDirs lists the directories "docker-archive:" and "oci-layout:"
+	// image references may name (--image-dir, repeated, or
+	// ORCHARD_IMAGE_DIRS, separated by ':'); none by default.
+	ImageDirs []string
 	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
@@ -95,6 +103,14 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 			*dst = b
 		}
 	}
+	// paths reads a list of paths separated by ':', as PATH is.
+	paths := func(name string, dst *[]string) {
+		for _, p := range filepath.SplitList(getenv(name)) {
+			if p != "" {
+				*dst = append(*dst, p)
+			}
+		}
+	}
 	secs := func(name string, dst *time.Duration, unit time.Duration) {
 		num(name, func(f float64) { *dst = time.Duration(f * float64(unit)) })
 	}
@@ -118,6 +134,12 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 				cfg.Store = "redis"
 			}
 		}
+	}
+	if !flagSet("host-expose") {
+		paths("ORCHARD_HOST_EXPOSE", &cfg.HostExpose)
+	}
+	if !flagSet("image-dir") {
+		paths("ORCHARD_IMAGE_DIRS", &cfg.ImageDirs)
 	}
 	str("ORCHARD_AGENT", &cfg.AgentPath)
 	str("ORCHARD_INIT", &cfg.InitPath)

@@ -56,6 +56,8 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address (env ORCHARD_ADDR, or HOST and PORT)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: sandboxes, image cache, API key (env ORCHARD_STATE_DIR)")
 	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory, or redis for several replicas (env ORCHARD_STORE, USE_REDIS; REDIS_URL)")
+	f.StringArrayVar(&cfg.ImageDirs, "image-dir", nil, "directory whose archives and layouts docker-archive: and oci-layout: images may name; repeat for more (env ORCHARD_IMAGE_DIRS, ':'-separated; none by default)")
+	f.StringArrayVar(&cfg.HostExpose, "host-expose", nil, "host path that \"host\" sandboxes see read-only although a mask hides it; repeat for more (env ORCHARD_HOST_EXPOSE, ':'-separated)")
 	return cmd
 }
 
@@ -150,7 +152,17 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	if initPath == "" {
 		initPath = initBeside()
 	}
-	rt, err := local.New(local.Config{StateDir: filepath.Join(cfg.StateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log})
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	rt, err := local.New(local.Config{
+		StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
+		// All of it: the API key, recordings, the agent binary.
+		HostMasks:  []string{stateDir},
+		HostExpose: cfg.HostExpose,
+		ImageDirs:  cfg.ImageDirs,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}

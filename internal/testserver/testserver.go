@@ -83,6 +83,10 @@ type Options struct {
 	// Egress is the dialer network-enabled sandboxes reach sites through;
 	// nil = public addresses only, names from the system resolver.
 	Egress *egress.Dialer
+	// ImageDirs are the directories "docker-archive:" and "oci-layout:"
+	// references may name (local.Config.ImageDirs); none by default, as
+	// for `orchard serve`.
+	ImageDirs []string
 	// Run runs the manager's background loop (cleanup every
 	// CleanupInterval, cancels asked through other replicas), as
 	// `orchard serve` does.
@@ -105,7 +109,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, InitPath: initPath, Logger: log})
+	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, InitPath: initPath, ImageDirs: opts.ImageDirs, Logger: log})
 	if err != nil {
 		t.Fatalf("local runtime: %v", err)
 	}

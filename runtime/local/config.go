@@ -1,11 +1,13 @@
 package local
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/opencontainers/cgroups"
 	devices "github.com/opencontainers/cgroups/devices/config"
@@ -54,6 +56,46 @@ const cpuPeriod = 100000
 type masks struct {
 	writable []string // scratch folders: empty and writable
 	hidden   []string // private data: empty (and read-only, as mounts)
+	// visible are folders inside hidden ones that sandboxes still see as
+	// the host has them (writable in the sandbox's own layer; read-only
+	// mounts without a masks layer).
+	visible []string
+}
+
+// varFolders are the folders under /var that hold other programs' data:
+// databases and state (/var/lib), logs and the journal (/var/log), mail,
+// print and cron queues, backups (shadow.bak), caches (debconf's
+// passwords). Every other directory found in /var is hidden too (varMasks).
+var varFolders = []string{"/var/lib", "/var/log", "/var/spool", "/var/mail", "/var/backups", "/var/cache"}
+
+// varVisible stays visible inside the hidden /var folders: the package
+// database, so dpkg and apt answer what is installed (nothing the visible
+// /usr does not tell), and the font cache, without which every program
+// that draws text (Chromium, X clients) scans the fonts again at start.
+var varVisible = []string{"/var/lib/dpkg", "/var/lib/apt", "/var/cache/fontconfig"}
+
+// varMasks returns varFolders and every other directory in /var but
+// /var/tmp, a scratch mask of its own (/var/www, /var/opt, /var/crash ...).
+// Links are skipped: /var/run and /var/lock lead to /run, masked already.
+func varMasks() []string {
+	out := slices.Clone(varFolders)
+	ents, _ := os.ReadDir("/var")
+	for _, e := range ents {
+		if p := "/var/" + e.Name(); e.IsDir() && p != "/var/tmp" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// keyFiles are the host's secrets in folders sandboxes otherwise see.
+func keyFiles() []string {
+	files := []string{
+		"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+		"/etc/ssl/private", // TLS private keys (ssl-cert's snakeoil key, a web server's)
+	}
+	keys, _ := filepath.Glob("/etc/ssh/ssh_host_*key")
+	return append(files, keys...)
 }
 
 // hostMasks lists what a "host" sandbox must not see of the host. /opt and
@@ -61,23 +103,26 @@ type masks struct {
 func hostMasks(stateDir string, extra []string) masks {
 	m := masks{
 		writable: []string{"/tmp", "/var/tmp", "/root", "/home", "/run"},
-		hidden: []string{
-			"/work", "/mnt", "/media", "/srv", "/var/lib/orchard",
-			"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
-			"/etc/ssl/private", // TLS private keys (ssl-cert's snakeoil key, a web server's)
-		},
+		hidden:   []string{"/work", "/mnt", "/media", "/srv", "/var/lib/orchard"},
 	}
-	if keys, _ := filepath.Glob("/etc/ssh/ssh_host_*key"); len(keys) > 0 {
-		m.hidden = append(m.hidden, keys...)
+	for _, p := range varVisible {
+		// The host's folder as it is, if it has one.
+		if rp, err := filepath.EvalSymlinks(p); err == nil {
+			if fi, err := os.Stat(rp); err == nil && fi.IsDir() {
+				m.visible = append(m.visible, rp)
+			}
+		}
 	}
+	m.hidden = append(m.hidden, varMasks()...)
+	m.hidden = append(m.hidden, keyFiles()...)
 	m.hidden = append(m.hidden, stateDir)
 	m.hidden = append(m.hidden, extra...)
-	// A path under a writable mask is already hidden, and masking it again
-	// would create it inside the empty folder.
+	// A path in a masked folder is already hidden, and masking it again
+	// would create it inside the empty folder; one in a visible folder
+	// inside a masked one is not.
 	var hidden []string
 	for _, p := range m.hidden {
-		if !slices.ContainsFunc(m.writable, func(w string) bool { return within(p, w) }) &&
-			!slices.Contains(hidden, p) {
+		if !m.covered(p) && !slices.Contains(hidden, p) {
 			hidden = append(hidden, p)
 		}
 	}
@@ -85,9 +130,26 @@ func hostMasks(stateDir string, extra []string) masks {
 	return m
 }
 
+// covered reports whether p lies inside a masked folder, and not inside a
+// visible folder within that one: the innermost folder around p decides.
+func (m masks) covered(p string) bool {
+	best, masked := "", false
+	consider := func(dirs []string, hides bool) {
+		for _, d := range dirs {
+			if d != p && within(p, d) && len(d) > len(best) {
+				best, masked = d, hides
+			}
+		}
+	}
+	consider(m.writable, true)
+	consider(m.hidden, true)
+	consider(m.visible, false)
+	return masked
+}
+
 // within reports whether p is dir or below it.
 func within(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, dir+"/")
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // containerConfig is the libcontainer configuration of one sandbox.
@@ -102,19 +164,17 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: mountFlags | unix.MS_RDONLY},
 	}
 	var hidden []string
-	if img.host && l.masks == nil {
-		// No masks layer (an older kernel): a mount per mask.
-		for _, p := range l.hostMasks.writable {
-			data := "mode=755"
-			if p == "/tmp" || p == "/var/tmp" {
-				data = "mode=1777"
-			} else if p == "/root" {
-				data = "mode=700"
-			}
-			mounts = append(mounts, &configs.Mount{Source: "tmpfs", Destination: p, Device: "tmpfs",
-				Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: data})
+	if img.host {
+		var hostMounts []*configs.Mount
+		if l.masks == nil {
+			hostMounts, hidden = maskMounts(l.hostMasks, l.cfg.HostExpose)
 		}
-		hidden = l.hostMasks.hidden
+		for _, p := range l.cfg.HostExpose {
+			hostMounts = append(hostMounts, readOnlyBind(p))
+		}
+		// Parents first: a bind mount lands in the tmpfs over its folder.
+		slices.SortStableFunc(hostMounts, func(a, b *configs.Mount) int { return strings.Compare(a.Destination, b.Destination) })
+		mounts = append(mounts, hostMounts...)
 	}
 	mounts = append(mounts,
 		&configs.Mount{Source: l.cfg.AgentPath, Destination: agentMount, Device: "bind",
@@ -185,6 +245,55 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		},
 		Labels: []string{"orchard.sandbox=" + spec.ID, "orchard.image=" + spec.Image},
 	}
+}
+
+// maskMounts are the mounts that hide m's folders without a masks layer
+// (an older kernel), and the paths left to libcontainer's masking, which
+// it applies after every mount: a tmpfs over each scratch folder; a tmpfs
+// over each hidden folder that holds a visible or exposed path, so that
+// their read-only bind mounts can land in it; a read-only bind mount of
+// each visible folder. A hidden path exposed as a whole is not masked.
+func maskMounts(m masks, expose []string) (mounts []*configs.Mount, masked []string) {
+	for _, p := range m.writable {
+		data := "mode=755"
+		if p == "/tmp" || p == "/var/tmp" {
+			data = "mode=1777"
+		} else if p == "/root" {
+			data = "mode=700"
+		}
+		mounts = append(mounts, &configs.Mount{Source: "tmpfs", Destination: p, Device: "tmpfs",
+			Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: data})
+	}
+	for _, p := range m.hidden {
+		holds := func(q string) bool { return q != p && within(q, p) }
+		switch {
+		case slices.Contains(expose, p):
+		case slices.ContainsFunc(m.visible, holds) || slices.ContainsFunc(expose, holds):
+			data := "mode=755"
+			if fi, err := os.Stat(p); err == nil {
+				st := fi.Sys().(*syscall.Stat_t)
+				data = fmt.Sprintf("mode=%o,uid=%d,gid=%d", fi.Mode()&os.ModePerm, st.Uid, st.Gid)
+			}
+			mounts = append(mounts, &configs.Mount{Source: "tmpfs", Destination: p, Device: "tmpfs",
+				Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: data})
+		default:
+			masked = append(masked, p)
+		}
+	}
+	for _, p := range m.visible {
+		if m.covered(p) {
+			mounts = append(mounts, readOnlyBind(p))
+		}
+	}
+	return mounts, masked
+}
+
+// readOnlyBind shows the host's p at the same path in a sandbox,
+// read-only: one file system (mounts below p are not included), no
+// devices, no set-uid.
+func readOnlyBind(p string) *configs.Mount {
+	return &configs.Mount{Source: p, Destination: p, Device: "bind",
+		Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV}
 }
 
 // cgroupPath is the sandbox's cgroup, the same in every hierarchy.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,18 +63,22 @@ type imageStore struct {
 	layers  string
 	refs    string
 	lockDir string // one lock file per layer, flocked while it is unpacked
-	log     *slog.Logger
+	// dirs are the directories oci-layout: and docker-archive: references
+	// may name (Config.ImageDirs, symlinks resolved).
+	dirs []string
+	log  *slog.Logger
 
 	mu       sync.Mutex // guards resolved and locks
 	resolved map[string]imageInfo
 	locks    map[string]*sync.Mutex // per reference and per layer
 }
 
-func newImageStore(dir string, log *slog.Logger) (*imageStore, error) {
+func newImageStore(dir string, imageDirs []string, log *slog.Logger) (*imageStore, error) {
 	s := &imageStore{
 		layers:   filepath.Join(dir, "layers"),
 		refs:     filepath.Join(dir, "refs"),
 		lockDir:  filepath.Join(dir, "locks"),
+		dirs:     imageDirs,
 		log:      log,
 		resolved: map[string]imageInfo{},
 		locks:    map[string]*sync.Mutex{},
@@ -135,7 +140,7 @@ func (s *imageStore) resolve(ctx context.Context, ref string) (*image, error) {
 	if ref == ImageHost {
 		return &image{host: true, lowers: []string{"/"}}, nil
 	}
-	src, err := parseSource(ref)
+	src, err := s.parseSource(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -348,12 +353,33 @@ type source struct {
 	open    func(ctx context.Context) (v1.Image, error)
 }
 
-func parseSource(ref string) (source, error) {
+// CheckImage refuses a "docker-archive:" or "oci-layout:" reference whose
+// path the server may not read (outside Config.ImageDirs, a device, ...)
+// or cannot parse, so that the create request fails with the reason
+// (runtime.ImageChecker). Whether the image is there is for Create to
+// find, as it is for registry images.
+func (l *Local) CheckImage(ref string) error {
+	if !isLocalRef(ref) {
+		return nil
+	}
+	if _, err := l.images.parseSource(ref); err != nil && !faults.Is(err, faults.CodeImageNotFound) {
+		return err
+	}
+	return nil
+}
+
+// isLocalRef reports whether ref names an image on the server's file
+// system.
+func isLocalRef(ref string) bool {
+	return strings.HasPrefix(ref, prefixOCILayout) || strings.HasPrefix(ref, prefixDockerArchive)
+}
+
+func (s *imageStore) parseSource(ref string) (source, error) {
 	switch {
 	case strings.HasPrefix(ref, prefixOCILayout):
-		return ociLayoutSource(ref)
+		return s.ociLayoutSource(ref)
 	case strings.HasPrefix(ref, prefixDockerArchive):
-		return dockerArchiveSource(ref)
+		return s.dockerArchiveSource(ref)
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -382,7 +408,7 @@ func parseSource(ref string) (source, error) {
 }
 
 // ociLayoutSource parses "oci-layout:/path[@tag-or-digest]".
-func ociLayoutSource(ref string) (source, error) {
+func (s *imageStore) ociLayoutSource(ref string) (source, error) {
 	rest := strings.TrimPrefix(ref, prefixOCILayout)
 	path, sel := rest, ""
 	if i := strings.LastIndexByte(rest, '@'); i > strings.LastIndexByte(rest, '/') {
@@ -391,7 +417,17 @@ func ociLayoutSource(ref string) (source, error) {
 	if !filepath.IsAbs(path) {
 		return source{}, invalidRef(ref, errors.New("oci-layout path must be absolute"))
 	}
-	fi, err := os.Stat(filepath.Join(path, "index.json"))
+	path, fi, err := s.localPath(ref, path)
+	if err != nil {
+		return source{}, err
+	}
+	if !fi.IsDir() {
+		return source{}, notRegular(ref, "not a directory")
+	}
+	if err := s.checkLayout(ref, path); err != nil {
+		return source{}, err
+	}
+	fi, err = os.Stat(filepath.Join(path, "index.json"))
 	if err != nil {
 		return source{}, localNotFound(ref, err)
 	}
@@ -415,6 +451,66 @@ func ociLayoutSource(ref string) (source, error) {
 			return img, nil
 		},
 	}, nil
+}
+
+// localPath resolves p, the absolute path of a local image, and checks
+// that it lies in one of the image directories: first as written with
+// ".." resolved, so that nothing outside them is even looked at (a refusal
+// tells nothing of what exists there), then with its symlinks resolved,
+// so that no link leads out. The caller opens the resolved path.
+func (s *imageStore) localPath(ref, p string) (string, os.FileInfo, error) {
+	p = filepath.Clean(p)
+	if !s.inImageDirs(p) {
+		return "", nil, pathNotAllowed(ref)
+	}
+	rp, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return "", nil, localNotFound(ref, err)
+		}
+		return "", nil, invalidRef(ref, err)
+	}
+	if !s.inImageDirs(rp) {
+		return "", nil, pathNotAllowed(ref)
+	}
+	fi, err := os.Stat(rp)
+	if err != nil {
+		return "", nil, localNotFound(ref, err)
+	}
+	return rp, fi, nil
+}
+
+func (s *imageStore) inImageDirs(p string) bool {
+	return slices.ContainsFunc(s.dirs, func(d string) bool { return within(p, d) })
+}
+
+// checkLayout refuses a layout at dir that holds anything but
+// directories, regular files and links to regular files in the image
+// directories: the layout library opens its files by path, so a blob that
+// links to /etc/shadow, or is a device or a pipe, would be read.
+func (s *imageStore) checkLayout(ref, dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return unpackFailed(ref, err)
+		}
+		switch t := d.Type(); {
+		case t.IsDir(), t.IsRegular():
+			return nil
+		case t&fs.ModeSymlink != 0:
+			rp, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				return notRegular(ref, "the layout holds a broken link")
+			}
+			if !s.inImageDirs(rp) {
+				return pathNotAllowed(ref)
+			}
+			if fi, err := os.Stat(rp); err != nil || !fi.Mode().IsRegular() {
+				return notRegular(ref, "the layout holds a link to something other than a file")
+			}
+			return nil
+		}
+		return notRegular(ref, "the layout holds a device, pipe or socket")
+	})
 }
 
 // Annotations naming an image in an OCI layout's index.
@@ -480,26 +576,28 @@ func pickImage(idx v1.ImageIndex, sel string) (v1.Image, error) {
 
 // dockerArchiveSource parses "docker-archive:/path.tar[:repo:tag]". The
 // path is the longest prefix that is a file, so paths may contain ':'.
-func dockerArchiveSource(ref string) (source, error) {
+func (s *imageStore) dockerArchiveSource(ref string) (source, error) {
 	rest := strings.TrimPrefix(ref, prefixDockerArchive)
+	if !filepath.IsAbs(rest) {
+		return source{}, invalidRef(ref, errors.New("docker-archive path must be absolute"))
+	}
+	// The longest prefix that is there decides: what it is, or why it
+	// may not be opened.
 	path, tagStr := rest, ""
-	fi, err := os.Stat(rest)
-	if err != nil {
-		for i := len(rest) - 1; i > 0; i-- {
-			if rest[i] != ':' {
-				continue
-			}
-			if f, serr := os.Stat(rest[:i]); serr == nil && f.Mode().IsRegular() {
-				path, tagStr, fi, err = rest[:i], rest[i+1:], f, nil
-				break
+	p, fi, err := s.localPath(ref, path)
+	for i := len(rest) - 1; i > 0 && faults.Is(err, faults.CodeImageNotFound); i-- {
+		if rest[i] == ':' {
+			if cp, cfi, cerr := s.localPath(ref, rest[:i]); !faults.Is(cerr, faults.CodeImageNotFound) {
+				p, fi, err, tagStr = cp, cfi, cerr, rest[i+1:]
 			}
 		}
 	}
-	if !filepath.IsAbs(path) {
-		return source{}, invalidRef(ref, errors.New("docker-archive path must be absolute"))
-	}
 	if err != nil {
-		return source{}, localNotFound(ref, err)
+		return source{}, err
+	}
+	path = p
+	if !fi.Mode().IsRegular() {
+		return source{}, notRegular(ref, "not a regular file")
 	}
 	var tag *name.Tag
 	if tagStr != "" {
@@ -528,6 +626,15 @@ func dockerArchiveSource(ref string) (source, error) {
 func invalidRef(ref string, err error) error {
 	return faults.Wrap(err, faults.CodeImageRef, faults.InvalidRequest, faults.Client,
 		fmt.Sprintf("invalid image reference %q", ref))
+}
+
+func pathNotAllowed(ref string) error {
+	return faults.Newf(faults.CodeImagePathNotAllowed, faults.PermissionDenied, faults.Client,
+		"image %s: the server reads local images only from the directories it is configured with (ORCHARD_IMAGE_DIRS)", ref)
+}
+
+func notRegular(ref, why string) error {
+	return faults.Newf(faults.CodeImagePathNotRegular, faults.InvalidRequest, faults.Client, "image %s: %s", ref, why)
 }
 
 func localNotFound(ref string, err error) error {

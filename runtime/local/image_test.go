@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/testenv"
@@ -199,9 +200,9 @@ func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 func TestImages(t *testing.T) {
 	_, err := os.Stat("/bin/busybox")
 	testenv.Require(t, "busybox", err == nil, "install busybox-static to run commands inside image sandboxes")
-	l := newLocal(t)
-	img, busybox := testImage(t)
 	dir := t.TempDir()
+	l := newLocal(t, func(c *Config) { c.ImageDirs = []string{dir} })
+	img, busybox := testImage(t)
 
 	// OCI layout with a ref annotation.
 	lp, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
@@ -297,9 +298,9 @@ func TestImages(t *testing.T) {
 }
 
 func TestImageErrors(t *testing.T) {
-	l := newLocal(t)
-	reg := newRegistry(t)
 	dir := t.TempDir()
+	l := newLocal(t, func(c *Config) { c.ImageDirs = []string{dir} })
+	reg := newRegistry(t)
 
 	// A docker archive whose layer is not a tar.
 	garbage := layerOf(t, bytes.Repeat([]byte("not a tar "), 100))
@@ -323,6 +324,18 @@ func TestImageErrors(t *testing.T) {
 	if err := tarball.WriteToFile(escape, tag, evil); err != nil {
 		t.Fatal(err)
 	}
+	// Paths the server must not open, found only by Create when the
+	// manager's check (CheckImage) is skipped.
+	outside := filepath.Join(t.TempDir(), "image.tar")
+	if err := tarball.WriteToFile(outside, tag, evil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "out.tar")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		image     string
@@ -339,6 +352,12 @@ func TestImageErrors(t *testing.T) {
 		{"127.0.0.1:1/orchard/unreachable:v1", faults.CodeImagePull, faults.Unavailable, true},
 		{"docker-archive:" + corrupt, faults.CodeImageUnpack, faults.Internal, false},
 		{"docker-archive:" + escape, faults.CodeImageUnpack, faults.Internal, false},
+		{"docker-archive:/etc/shadow", faults.CodeImagePathNotAllowed, faults.PermissionDenied, false},
+		{"docker-archive:" + outside, faults.CodeImagePathNotAllowed, faults.PermissionDenied, false},
+		{"docker-archive:" + filepath.Join(dir, "out.tar"), faults.CodeImagePathNotAllowed, faults.PermissionDenied, false},
+		{"docker-archive:" + dir + "/../../etc/shadow", faults.CodeImagePathNotAllowed, faults.PermissionDenied, false},
+		{"oci-layout:/", faults.CodeImagePathNotAllowed, faults.PermissionDenied, false},
+		{"docker-archive:" + filepath.Join(dir, "fifo"), faults.CodeImagePathNotRegular, faults.InvalidRequest, false},
 	} {
 		t.Run(tc.image, func(t *testing.T) {
 			_, err := l.Create(ctxTimeout(t, time.Minute), runtime.Spec{ID: "img-err", Image: tc.image})
@@ -357,5 +376,24 @@ func TestImageErrors(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "tmp-") {
 			t.Errorf("temporary layer dir %s left in the cache", e.Name())
 		}
+	}
+}
+
+func TestImageDirsValidated(t *testing.T) {
+	state := t.TempDir()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"/", state, filepath.Join(state, "images"), filepath.Dir(state), "relative", "/nonexistent-orchard-dir", file} {
+		t.Run(dir, func(t *testing.T) {
+			if err := os.MkdirAll(filepath.Join(state, "images"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{StateDir: state, AgentPath: testenv.AgentBinary(t), ImageDirs: []string{dir}}
+			if err := cfg.validate(); err == nil {
+				t.Errorf("image directory %s accepted", dir)
+			}
+		})
 	}
 }

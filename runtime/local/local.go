@@ -39,9 +39,10 @@ import (
 )
 
 var (
-	_ runtime.Runtime    = (*Local)(nil)
-	_ runtime.OOMCounter = (*Local)(nil)
-	_ runtime.Closer     = (*Local)(nil)
+	_ runtime.Runtime      = (*Local)(nil)
+	_ runtime.OOMCounter   = (*Local)(nil)
+	_ runtime.Closer       = (*Local)(nil)
+	_ runtime.ImageChecker = (*Local)(nil)
 )
 
 // ImageHost is the default image: the host's root, read-only, under a
@@ -82,8 +83,26 @@ type Config struct {
 	// pages are also charged to the sandbox's memory cgroup). Default 8 GiB.
 	WritableBytes int64
 	// HostMasks lists extra host paths hidden from "host" sandboxes, on top
-	// of the built-in ones (/tmp, /root, /home, /work, StateDir, ...).
+	// of the built-in ones (/tmp, /root, /home, /var/lib, /var/log, /work,
+	// StateDir, ...).
 	HostMasks []string
+	// HostExpose lists host paths that "host" sandboxes see read-only
+	// although a mask hides them (a dataset under /home, a service's logs
+	// in /var/log): each is bound read-only at its own path (symlinks
+	// resolved), one file system (mounts below it are not included). A
+	// path may not be or hold StateDir, a HostMasks path or the host's key
+	// files (/etc/shadow, TLS and SSH keys), lie inside one of them, or
+	// hold any other mask, which it would undo; New refuses it.
+	HostExpose []string
+	// ImageDirs lists the directories whose archives and layouts
+	// "docker-archive:" and "oci-layout:" references may name, once the
+	// reference's symlinks and ".." are resolved; a reference naming any
+	// other path is refused (image.path_not_allowed), so that API clients
+	// cannot make the server open what it can read of the host. Empty (the
+	// default): such references are refused. A directory may not be "/"
+	// or hold or lie in StateDir, which holds every sandbox's writable
+	// layer and what images unpacked to.
+	ImageDirs []string
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -127,7 +146,43 @@ func (c *Config) validate() error {
 		}
 		c.HostMasks[i] = m
 	}
+	stateDir := c.StateDir
+	if sd, err := filepath.EvalSymlinks(stateDir); err == nil {
+		stateDir = sd
+	}
+	for i, d := range c.ImageDirs {
+		rd, err := imageDir(d, stateDir)
+		if err != nil {
+			return fmt.Errorf("local runtime: image directory %s: %w", d, err)
+		}
+		c.ImageDirs[i] = rd
+	}
+	for i, p := range c.HostExpose {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("local runtime: exposed host path %q must be absolute", p)
+		}
+		c.HostExpose[i] = filepath.Clean(p)
+	}
 	return nil
+}
+
+// imageDir returns d, an image directory (Config.ImageDirs), with its
+// symlinks resolved, or why it cannot be one.
+func imageDir(d, stateDir string) (string, error) {
+	if !filepath.IsAbs(d) {
+		return "", errors.New("not an absolute path")
+	}
+	rd, err := filepath.EvalSymlinks(d)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(rd); err != nil || !fi.IsDir() {
+		return "", errors.New("not a directory")
+	}
+	if rd == "/" || within(rd, stateDir) || within(stateDir, rd) {
+		return "", fmt.Errorf("it is, holds or lies in the state directory %s", stateDir)
+	}
+	return rd, nil
 }
 
 // Local is the local runtime. It is safe for concurrent use.
@@ -182,6 +237,8 @@ type Local struct {
 // first use (Inspect, List, Delete).
 func New(cfg Config) (*Local, error) {
 	cfg.HostMasks = slices.Clone(cfg.HostMasks)
+	cfg.HostExpose = slices.Clone(cfg.HostExpose)
+	cfg.ImageDirs = slices.Clone(cfg.ImageDirs)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -195,6 +252,16 @@ func New(cfg Config) (*Local, error) {
 
 		protectAgent: canLowerOOMScore(),
 		fullNet:      &fullNet{},
+	}
+	l.hostMasks = hostMasks(cfg.StateDir, cfg.HostMasks)
+	secrets := append([]string{cfg.StateDir, "/var/lib/orchard"}, keyFiles()...)
+	secrets = append(secrets, cfg.HostMasks...)
+	for i, p := range cfg.HostExpose {
+		rp, err := checkExposed(p, l.hostMasks, secrets)
+		if err != nil {
+			return nil, fmt.Errorf("local runtime: expose %s to sandboxes: %w", p, err)
+		}
+		l.cfg.HostExpose[i] = rp
 	}
 	l.nofile = nofileLimit(l.protectAgent)
 	if !l.protectAgent {
@@ -223,17 +290,16 @@ func New(cfg Config) (*Local, error) {
 			return nil, fmt.Errorf("local runtime: %w", err)
 		}
 	}
-	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), l.log); err != nil {
+	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), cfg.ImageDirs, l.log); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
-	l.hostMasks = hostMasks(cfg.StateDir, cfg.HostMasks)
 	if cfg.InitPath != "" {
 		if l.init, err = sealInit(cfg.InitPath); err != nil {
 			return nil, fmt.Errorf("local runtime: container init %s: %w", cfg.InitPath, err)
 		}
 	}
 	if l.masks, err = buildMasksLayer(l.hostMasks); err == nil {
-		if err = overlayTakesLayer(l.masks); err != nil {
+		if err = overlayTakesLayer(l.masks, l.hostMasks); err != nil {
 			l.masks.Close()
 			l.masks = nil
 		}

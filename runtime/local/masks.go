@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -57,9 +58,11 @@ func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) 
 
 // overlayTakesLayer reports whether overlayfs accepts layer, a detached
 // mount, as a lower layer over the host root (older kernels take layers
-// only from the caller's mount namespace; 6.18 takes it). It builds, and
-// drops, the read-only overlay a sandbox's root would stack.
-func overlayTakesLayer(layer *os.File) error {
+// only from the caller's mount namespace; 6.18 takes it), and follows the
+// redirects that show m's visible folders through it (a kernel built or
+// booted with redirect_dir=nofollow refuses them). It builds, and drops,
+// the read-only overlay a sandbox's root would stack.
+func overlayTakesLayer(layer *os.File, m masks) error {
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("fsopen overlay: %w", err)
@@ -70,6 +73,21 @@ func overlayTakesLayer(layer *os.File) error {
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
 		return fmt.Errorf("overlay over a detached masks layer: %w", err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY)
+	if err != nil {
+		return fmt.Errorf("fsmount overlay over the masks layer: %w", err)
+	}
+	defer unix.Close(mfd)
+	for _, p := range m.visible {
+		if !m.covered(p) {
+			continue
+		}
+		fd, err := unix.Openat(mfd, strings.TrimPrefix(p, "/"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("overlay does not show %s through the masks layer: %w", p, err)
+		}
+		unix.Close(fd)
 	}
 	return nil
 }
@@ -116,7 +134,41 @@ func fillMasksLayer(dir string, m masks) error {
 			return fail(p, err)
 		}
 	}
+	for _, p := range m.visible {
+		if !m.covered(p) {
+			continue // nothing hides it
+		}
+		if err := showDir(dir, p); err != nil {
+			return fail(p, err)
+		}
+	}
 	return nil
+}
+
+// showDir makes p (a host directory inside a masked one, symlinks
+// resolved) show through the layer at dir: a directory with the host's
+// mode and owner whose absolute redirect sends overlayfs on to the host's
+// p in the layers below, past the opaque folder around it (the redirect
+// overlayfs itself writes when a directory is renamed; followed with the
+// default redirect_dir, and New checks it is). Unlike a bind mount per
+// sandbox it costs nothing at create, and what a sandbox writes there
+// stays in its own layer, as everywhere else in its root.
+func showDir(dir, p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if err := mkParents(dir, filepath.Dir(p)); err != nil {
+		return err
+	}
+	d := filepath.Join(dir, p)
+	if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := copyOwnerMode(d, fi); err != nil {
+		return err
+	}
+	return unix.Setxattr(d, "trusted.overlay.redirect", []byte(p), 0)
 }
 
 // resolveHost resolves the symlinks in p, a path on the host that may not
@@ -209,4 +261,39 @@ func copyOwnerMode(p string, fi os.FileInfo) error {
 		}
 	}
 	return os.Chmod(p, fi.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetuid|os.ModeSetgid))
+}
+
+// checkExposed returns p, a host path to expose read-only to "host"
+// sandboxes, with its symlinks resolved, or why it may not be: the root, a
+// kernel file system, a path that is, holds or lies in one of secrets
+// (the state directory, key files, configured masks), or one that holds
+// another mask, which exposing it would undo. p may be a masked folder
+// itself or lie inside one: that is what exposing is for.
+func checkExposed(p string, m masks, secrets []string) (string, error) {
+	rp, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	for _, fsys := range []string{"/proc", "/sys", "/dev"} {
+		if within(rp, fsys) {
+			return "", fmt.Errorf("%s is a kernel file system", fsys)
+		}
+	}
+	resolved := func(s string) string {
+		if r, err := filepath.EvalSymlinks(s); err == nil {
+			return r
+		}
+		return filepath.Clean(s)
+	}
+	for _, s := range secrets {
+		if s := resolved(s); within(rp, s) || within(s, rp) {
+			return "", fmt.Errorf("sandboxes may not see %s", s)
+		}
+	}
+	for _, q := range slices.Concat(m.writable, m.hidden) {
+		if q := resolved(q); q != rp && within(q, rp) {
+			return "", fmt.Errorf("it holds %s, which sandboxes may not see; expose the folders wanted instead", q)
+		}
+	}
+	return rp, nil
 }

@@ -39,7 +39,7 @@ func TestSharedImageCacheConcurrentPulls(t *testing.T) {
 	for round := range 5 {
 		stores := make([]*imageStore, 2)
 		for i := range stores {
-			s, err := newImageStore(filepath.Join(cache, string(rune('a'+round))), log)
+			s, err := newImageStore(filepath.Join(cache, string(rune('a'+round))), []string{dir}, log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -239,6 +239,11 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	if p.Image == "" {
 		p.Image = m.cfg.DefaultImage
 	}
+	if c, ok := m.rt.(runtime.ImageChecker); ok {
+		if err := c.CheckImage(p.Image); err != nil {
+			return store.Sandbox{}, err
+		}
+	}
 	if p.CPU == "" {
 		p.CPU = m.cfg.DefaultCPU
 	}
