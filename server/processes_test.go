@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -26,7 +25,6 @@ import (
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
-	"github.com/orchard/orchard/runtime/local"
 )
 
 // Bounds the server keeps (server/manager), mirrored here to know how long
@@ -333,11 +331,10 @@ func TestThreeReplicaProcesses(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	dir := testserver.StateDir(t)
 	logDir := t.TempDir()
+	// Whatever the outcome, no sandbox outlives the test: StateDir's
+	// cleanup runs after the replicas are gone (cleanups run
+	// last-registered first) and deletes what the runtime still holds.
 	runtimeDir := filepath.Join(dir, "runtime")
-	// Whatever the outcome, no sandbox outlives the test: after the
-	// replicas are gone (cleanups run last-registered first), delete what
-	// the runtime still holds.
-	t.Cleanup(func() { removeLeftovers(t, runtimeDir, agentPath) })
 
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
@@ -629,31 +626,4 @@ func TestThreeReplicaProcesses(t *testing.T) {
 		}
 	}
 	mark("leak checks")
-}
-
-// removeLeftovers deletes every sandbox the runtime in dir still holds: a
-// failed run must not leave containers, mounts or cgroups behind.
-func removeLeftovers(t *testing.T, dir, agentPath string) {
-	if _, err := os.Stat(dir); err != nil {
-		return
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, Logger: log})
-	if err != nil {
-		t.Errorf("open runtime to remove leftovers: %v", err)
-		return
-	}
-	defer rt.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	insts, err := rt.List(ctx)
-	if err != nil {
-		t.Errorf("list leftovers: %v", err)
-		return
-	}
-	for _, in := range insts {
-		if err := rt.Delete(ctx, in.ID); err != nil {
-			t.Errorf("remove leftover sandbox %s: %v", in.ID, err)
-		}
-	}
 }

@@ -207,19 +207,39 @@ func StateDir(t testing.TB) string {
 	t.Cleanup(func() {
 		// Sandboxes outlive the processes that made them (a replica a test
 		// killed, a failed test): remove whatever the directory still holds
-		// before the directory itself, or their containers would leak.
-		if rt, err := local.New(local.Config{StateDir: abs, AgentPath: testenv.AgentBinary(t)}); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			insts, _ := rt.List(ctx)
-			for _, in := range insts {
-				if err := rt.Delete(ctx, in.ID); err != nil {
-					t.Errorf("delete leftover sandbox %s: %v", in.ID, err)
-				}
+		// before the directory itself, or their containers would leak. A
+		// test server keeps them in the directory, `orchard serve` in its
+		// runtime folder.
+		for _, d := range []string{abs, filepath.Join(abs, "runtime")} {
+			if _, err := os.Stat(filepath.Join(d, "sandboxes")); err == nil {
+				RemoveSandboxes(t, d)
 			}
-			cancel()
-			_ = rt.Close()
 		}
 		_ = os.RemoveAll(abs)
 	})
 	return abs
+}
+
+// RemoveSandboxes deletes every sandbox the local runtime holds in dir
+// (its state directory): what a server that was killed, or failed, left.
+func RemoveSandboxes(t testing.TB, dir string) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := local.New(local.Config{StateDir: dir, AgentPath: testenv.AgentBinary(t), Logger: log})
+	if err != nil {
+		t.Errorf("open runtime in %s to remove leftovers: %v", dir, err)
+		return
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	insts, err := rt.List(ctx)
+	if err != nil {
+		t.Errorf("list leftover sandboxes in %s: %v", dir, err)
+	}
+	for _, in := range insts {
+		if err := rt.Delete(ctx, in.ID); err != nil {
+			t.Errorf("delete leftover sandbox %s: %v", in.ID, err)
+		}
+	}
 }
