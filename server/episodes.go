@@ -159,32 +159,14 @@ func (s *Server) createEpisode(c *gin.Context) error {
 		return err
 	}
 	defer unlock()
-	rec, err := s.mgr.Create(ctx, p)
+	id, err := s.startEpisodeSandbox(ctx, p, task.Setup)
 	if err != nil {
 		return err
 	}
-	ep.SandboxID = rec.ID
-	release := func() { _ = s.mgr.Delete(context.Background(), rec.ID) }
-	if sb, err := s.mgr.Wait(ctx, rec.ID, 120); err != nil || sb.Status != api.StatusReady {
-		release()
-		if err == nil {
-			err = faults.Newf(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox, "episode sandbox did not start: %s", sb.StatusMessage)
-		}
-		return err
-	}
-	if err := s.setupTask(ctx, rec.ID, task.Setup); err != nil {
-		release()
-		return err
-	}
+	ep.SandboxID = id
+	release := func() { _ = s.mgr.Delete(context.Background(), id) }
 	if (req.Record == nil || *req.Record) && s.recs != nil {
-		w, err := s.recs.Create(recordings.Manifest{ID: ep.EpisodeID, EpisodeID: ep.EpisodeID, TaskID: task.ID, Question: task.Question,
-			StartURL: task.StartURL, SandboxID: rec.ID, Kind: ep.Kind, CreatedAt: ep.CreatedAt})
-		if err != nil {
-			s.log.Warn("episode: recording", "episode_id", ep.EpisodeID, "err", err)
-		} else {
-			_ = w.Close()
-			ep.RecordingID = ep.EpisodeID
-		}
+		s.startRecording(ep)
 	}
 	out := s.runStep(ctx, ep, ep.FirstStep())
 	if err := s.eps.Save(ctx, lease, ep); err != nil {
@@ -193,6 +175,41 @@ func (s *Server) createEpisode(c *gin.Context) error {
 	}
 	c.JSON(http.StatusOK, api.EpisodeStart{EpisodeID: ep.EpisodeID, SandboxID: ep.SandboxID, StepResult: out})
 	return nil
+}
+
+// startEpisodeSandbox creates the sandbox p, waits for it and sets the
+// task up in it; a sandbox that fails on the way is removed.
+func (s *Server) startEpisodeSandbox(ctx context.Context, p manager.CreateParams, setup *tasks.Setup) (string, error) {
+	rec, err := s.mgr.Create(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	release := func() { _ = s.mgr.Delete(context.Background(), rec.ID) }
+	if sb, err := s.mgr.Wait(ctx, rec.ID, 120); err != nil || sb.Status != api.StatusReady {
+		release()
+		if err == nil {
+			err = faults.Newf(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox, "episode sandbox did not start: %s", sb.StatusMessage)
+		}
+		return "", err
+	}
+	if err := s.setupTask(ctx, rec.ID, setup); err != nil {
+		release()
+		return "", err
+	}
+	return rec.ID, nil
+}
+
+// startRecording opens ep's recording; an episode whose recording cannot
+// be made runs unrecorded.
+func (s *Server) startRecording(ep *episodes.Episode) {
+	w, err := s.recs.Create(recordings.Manifest{ID: ep.EpisodeID, EpisodeID: ep.EpisodeID, TaskID: ep.Task.ID, Question: ep.Task.Question,
+		StartURL: ep.Task.StartURL, SandboxID: ep.SandboxID, Kind: ep.Kind, CreatedAt: ep.CreatedAt})
+	if err != nil {
+		s.log.Warn("episode: recording", "episode_id", ep.EpisodeID, "err", err)
+		return
+	}
+	_ = w.Close()
+	ep.RecordingID = ep.EpisodeID
 }
 
 // episodeTask is the task a create names: inline, or loaded (from any
