@@ -5,124 +5,42 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"time"
 
-	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/tasks"
 )
-
-// EpisodeRequest is the body of POST /episodes (API.md "Episodes"). Give
-// TaskID (a loaded task, "id" or "suite/id") or Task (inline).
-type EpisodeRequest struct {
-	TaskID string      `json:"task_id,omitempty"`
-	Task   *tasks.Task `json:"task,omitempty"`
-	// Sandbox is a fragment of a POST /sandboxes body (browser, memory,
-	// faults, block_network, egress) merged over the task's setup.sandbox.
-	Sandbox json.RawMessage `json:"sandbox,omitempty"`
-	// Observe chooses the parts of each observation; nil means the
-	// server's default (a JPEG screenshot and the set-of-marks elements).
-	Observe          map[string]any `json:"observe,omitempty"`
-	MaxSteps         int            `json:"max_steps,omitempty"`
-	StepTimeoutMS    int            `json:"step_timeout_ms,omitempty"`
-	EpisodeTimeoutMS int            `json:"episode_timeout_ms,omitempty"`
-	// Record is whether the episode is recorded; nil means yes.
-	Record *bool `json:"record,omitempty"`
-}
-
-// StepInfo is the info of a step: its number, the classified error of its
-// action, the fault a fault plan injected, and its time on the server.
-type StepInfo struct {
-	Step     int           `json:"step"`
-	Error    *faults.Info  `json:"error,omitempty"`
-	Injected *faults.Truth `json:"injected,omitempty"`
-	StepMS   float64       `json:"step_ms"`
-}
-
-// Episode is the answer of POST /episodes: the first observation.
-type Episode struct {
-	EpisodeID   string          `json:"episode_id"`
-	SandboxID   string          `json:"sandbox_id"`
-	Observation json.RawMessage `json:"observation"`
-	Done        bool            `json:"done"`
-	Info        StepInfo        `json:"info"`
-}
-
-// StepResult is the answer of POST /episodes/{id}/step.
-type StepResult struct {
-	Observation json.RawMessage `json:"observation"`
-	Done        bool            `json:"done"`
-	Info        StepInfo        `json:"info"`
-}
-
-// Attribution names the fault that ended an episode env_error and the step
-// it happened at.
-type Attribution struct {
-	faults.Info
-	Step int `json:"step"`
-}
-
-// EpisodeResult is the answer of POST /episodes/{id}/finish.
-type EpisodeResult struct {
-	EpisodeID   string          `json:"episode_id"`
-	Outcome     string          `json:"outcome"` // success, failure, env_error
-	Reward      *float64        `json:"reward"`
-	Evaluation  json.RawMessage `json:"evaluation,omitempty"`
-	Attribution *Attribution    `json:"attribution"`
-	Steps       int             `json:"steps"`
-	Answer      string          `json:"answer"`
-	RecordingID string          `json:"recording_id,omitempty"`
-}
-
-// EpisodeStatus is the answer of GET /episodes/{id}.
-type EpisodeStatus struct {
-	EpisodeID   string          `json:"episode_id"`
-	SandboxID   string          `json:"sandbox_id"`
-	TaskID      string          `json:"task_id"`
-	Status      string          `json:"status"` // running, done, finished, aborted
-	Steps       int             `json:"steps"`
-	Outcome     string          `json:"outcome,omitempty"`
-	Reward      *float64        `json:"reward,omitempty"`
-	Answer      string          `json:"answer,omitempty"`
-	Attribution *Attribution    `json:"attribution,omitempty"`
-	Evaluation  json.RawMessage `json:"evaluation,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	RecordingID string          `json:"recording_id,omitempty"`
-}
 
 // CreateEpisode starts an episode: a browser sandbox set up for the task
 // and opened on its start URL. It is not retried: a retry could start a
 // second episode.
-func (c *Client) CreateEpisode(ctx context.Context, req EpisodeRequest) (Episode, error) {
-	var out Episode
+func (c *Client) CreateEpisode(ctx context.Context, req api.CreateEpisodeRequest) (api.EpisodeStart, error) {
+	var out api.EpisodeStart
 	err := c.do(ctx, call{method: http.MethodPost, path: "/episodes", body: req, out: &out})
 	return out, err
 }
 
 // StepEpisode runs one action (a JSON action object) and returns the next
 // observation. It is not retried: the action would run twice.
-func (c *Client) StepEpisode(ctx context.Context, id string, action json.RawMessage) (StepResult, error) {
-	var out StepResult
+func (c *Client) StepEpisode(ctx context.Context, id string, action json.RawMessage) (api.StepResult, error) {
+	var out api.StepResult
 	err := c.do(ctx, call{method: http.MethodPost, path: episodePath(id) + "/step",
-		body: map[string]json.RawMessage{"action": action}, out: &out})
+		body: api.StepRequest{Action: action}, out: &out})
 	return out, err
 }
 
 // FinishEpisode evaluates the episode and releases its sandbox. answer,
 // when not nil, replaces the answer an `answer` action gave. Finishing a
 // finished episode returns its result again, so the call is retried.
-func (c *Client) FinishEpisode(ctx context.Context, id string, answer *string) (EpisodeResult, error) {
-	body := map[string]any{}
-	if answer != nil {
-		body["answer"] = *answer
-	}
-	var out EpisodeResult
-	err := c.do(ctx, call{method: http.MethodPost, path: episodePath(id) + "/finish", body: body, out: &out, idempotent: true})
+func (c *Client) FinishEpisode(ctx context.Context, id string, answer *string) (api.EpisodeResult, error) {
+	var out api.EpisodeResult
+	err := c.do(ctx, call{method: http.MethodPost, path: episodePath(id) + "/finish", body: api.FinishEpisodeRequest{Answer: answer},
+		out: &out, idempotent: true})
 	return out, err
 }
 
 // GetEpisode returns an episode's status.
-func (c *Client) GetEpisode(ctx context.Context, id string) (EpisodeStatus, error) {
-	var out EpisodeStatus
+func (c *Client) GetEpisode(ctx context.Context, id string) (api.EpisodeStatus, error) {
+	var out api.EpisodeStatus
 	err := c.do(ctx, call{method: http.MethodGet, path: episodePath(id), out: &out, idempotent: true})
 	return out, err
 }

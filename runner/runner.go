@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/tasks"
@@ -21,7 +22,7 @@ import (
 // Defaults and bounds of a run, each with its reason.
 const (
 	// serverMaxSteps is the server's step budget when neither the run nor
-	// the task sets one (WebVoyager's, see server/episodes.go).
+	// the task sets one (WebVoyager's, episodes.DefaultMaxSteps).
 	serverMaxSteps = 30
 	// abortTimeout bounds the DELETE of an episode the run gives up on:
 	// the server answers at once and tears the sandbox down behind it.
@@ -315,13 +316,16 @@ func (r *run) episode(ctx context.Context, task tasks.Task, attempt int) (res Ep
 	if err != nil {
 		return end(policyError(err))
 	}
-	req := client.EpisodeRequest{Sandbox: r.cfg.Sandbox, Observe: r.cfg.Observe, MaxSteps: r.cfg.MaxSteps,
+	req := api.CreateEpisodeRequest{Sandbox: r.cfg.Sandbox, Observe: r.cfg.Observe, MaxSteps: r.cfg.MaxSteps,
 		StepTimeoutMS: int(r.cfg.StepTimeout.Milliseconds()), Record: &r.cfg.Record}
 	if task.Suite != "" {
 		req.TaskID = task.Suite + "/" + task.ID
 	} else {
-		t := task
-		req.Task = &t
+		b, err := json.Marshal(task)
+		if err != nil {
+			return end(err)
+		}
+		req.Task = b
 	}
 	ep, err := c.CreateEpisode(ctx, req)
 	if err != nil {

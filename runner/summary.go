@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orchard/orchard/client"
+	"github.com/orchard/orchard/api"
 )
 
 // Outcomes of an episode in a run: the server's three, and two of the
@@ -31,7 +31,7 @@ const (
 
 // Attribution names the fault that ended an episode (env_error or error)
 // and the step it happened at (0: before the first action).
-type Attribution = client.Attribution
+type Attribution = api.Attribution
 
 // EpisodeResult is one episode of a task.
 type EpisodeResult struct {

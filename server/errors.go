@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -21,7 +20,7 @@ import (
 func renderError(c *gin.Context, log *slog.Logger, err error) {
 	f := faults.Of(err)
 	_ = c.Error(f)
-	status := f.StatusOf()
+	status := statusOf(f)
 	if status >= 500 && f.Category == faults.Internal {
 		log.Error("request failed", "request_id", c.GetString(requestIDKey), "path", c.FullPath(),
 			"code", f.Code, "category", f.Category, "source", f.Source, "err", err)
@@ -34,44 +33,24 @@ func renderError(c *gin.Context, log *slog.Logger, err error) {
 	c.AbortWithStatusJSON(status, faults.EnvelopeOf(f))
 }
 
-// validationItem is one entry of FastAPI's 422 detail list.
-type validationItem struct {
-	Type  string `json:"type"`
-	Loc   []any  `json:"loc"`
-	Msg   string `json:"msg"`
-	Input any    `json:"input"`
-	// Ctx holds the bound a constraint error names, as pydantic gives it
-	// ({"ge": 0} with type greater_than_equal).
-	Ctx map[string]any `json:"ctx,omitempty"`
+func missingField(where, field string, input any) faults.FieldError {
+	return faults.FieldError{Type: "missing", Loc: []any{where, field}, Msg: "Field required", Input: input}
 }
 
-// errValidation builds a 422 in FastAPI's shape; the error object carries
-// the first item's message.
-func errValidation(items ...validationItem) *faults.Error {
-	return errValidationCode(faults.CodeValidation, items...)
-}
-
-// errValidationCode is errValidation with another code in the error object
-// (the detail list is the same).
-func errValidationCode(code string, items ...validationItem) *faults.Error {
-	msg := "request validation failed"
-	if len(items) > 0 {
-		msg = fmt.Sprintf("%s: %v", items[0].Msg, items[0].Loc)
+// statusOf is the HTTP status of f: a validation error's is FastAPI's 422;
+// otherwise the category's, unless f fixes its own.
+func statusOf(f *faults.Error) int {
+	if _, ok := f.FieldErrors(); ok && f.Status == 0 {
+		return http.StatusUnprocessableEntity
 	}
-	e := faults.New(code, faults.InvalidRequest, faults.Client, msg).WithStatus(http.StatusUnprocessableEntity)
-	e.Detail = items
-	return e
-}
-
-func missingField(where, field string, input any) validationItem {
-	return validationItem{Type: "missing", Loc: []any{where, field}, Msg: "Field required", Input: input}
+	return f.StatusOf()
 }
 
 // decodeJSON decodes the (already bounded) body into v, turning type errors
 // into 422s located at the offending field.
 func decodeJSON(body []byte, v any) error {
 	if len(body) == 0 {
-		return errValidation(validationItem{Type: "missing", Loc: []any{"body"}, Msg: "Field required", Input: nil})
+		return faults.Validation(faults.FieldError{Type: "missing", Loc: []any{"body"}, Msg: "Field required", Input: nil})
 	}
 	err := json.Unmarshal(body, v)
 	if err == nil {
@@ -87,9 +66,9 @@ func decodeJSON(body []byte, v any) error {
 		if te.Type != nil {
 			typ = te.Type.String() + "_type"
 		}
-		return errValidation(validationItem{Type: typ, Loc: loc, Msg: "Input should be a valid " + describe(te), Input: te.Value})
+		return faults.Validation(faults.FieldError{Type: typ, Loc: loc, Msg: "Input should be a valid " + describe(te), Input: te.Value})
 	}
-	return errValidation(validationItem{Type: "value_error", Loc: []any{"body"}, Msg: err.Error(), Input: nil})
+	return faults.Validation(faults.FieldError{Type: "value_error", Loc: []any{"body"}, Msg: err.Error(), Input: nil})
 }
 
 func describe(te *json.UnmarshalTypeError) string {
@@ -120,12 +99,12 @@ func queryInt(c *gin.Context, name string, def, min int) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, errValidation(validationItem{Type: "int_parsing", Loc: []any{"query", name},
+		return 0, faults.Validation(faults.FieldError{Type: "int_parsing", Loc: []any{"query", name},
 			Msg: "Input should be a valid integer, unable to parse string as an integer", Input: s})
 	}
 	if n < min {
 		// FastAPI echoes a query value as the string it received.
-		return 0, errValidation(tooSmall([]any{"query", name}, s, min))
+		return 0, faults.Validation(tooSmall([]any{"query", name}, s, min))
 	}
 	return n, nil
 }

@@ -31,10 +31,10 @@ func FuzzDecodeRequests(f *testing.F) {
 				continue
 			}
 			fe := faults.Of(err)
-			if fe.StatusOf() != 422 || fe.Category != faults.InvalidRequest {
-				t.Fatalf("refusal of %q is %d %s", body, fe.StatusOf(), fe.Category)
+			if statusOf(fe) != 422 || fe.Category != faults.InvalidRequest {
+				t.Fatalf("refusal of %q is %d %s", body, statusOf(fe), fe.Category)
 			}
-			if _, ok := fe.Detail.([]validationItem); !ok {
+			if _, ok := fe.Detail.([]faults.FieldError); !ok {
 				t.Fatalf("refusal of %q lacks the detail list: %#v", body, fe.Detail)
 			}
 			if _, err := json.Marshal(faults.EnvelopeOf(fe)); err != nil {

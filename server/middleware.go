@@ -94,7 +94,7 @@ func (s *Server) readBody(limit int64, raw, public bool) gin.HandlerFunc {
 			return
 		}
 		if !raw && len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
-			e := errValidation(validationItem{Type: "json_invalid", Loc: []any{"body", 0}, Msg: "JSON decode error", Input: map[string]any{}})
+			e := faults.Validation(faults.FieldError{Type: "json_invalid", Loc: []any{"body", 0}, Msg: "JSON decode error", Input: map[string]any{}})
 			e.Code = faults.CodeInvalidJSON
 			renderError(c, s.log, e)
 			return

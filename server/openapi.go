@@ -122,20 +122,7 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		if _, ok := schemas[name]; !ok {
 			schemas[name] = map[string]any{} // breaks cycles
 			props := map[string]any{}
-			for i := range t.NumField() {
-				f := t.Field(i)
-				if !f.IsExported() {
-					continue
-				}
-				tag := strings.Split(f.Tag.Get("json"), ",")[0]
-				if tag == "-" {
-					continue
-				}
-				if tag == "" {
-					tag = f.Name
-				}
-				props[tag] = fieldSchema(f, schemas)
-			}
+			structProps(t, schemas, props)
 			schemas[name] = map[string]any{"type": "object", "properties": props}
 		}
 		s = map[string]any{"$ref": "#/components/schemas/" + name}
@@ -164,6 +151,34 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		s["nullable"] = true
 	}
 	return s
+}
+
+// structProps adds the properties of struct t to props. The fields of an
+// embedded struct are its own, as encoding/json flattens them; a field of
+// t's own takes the place of an embedded one of the same name.
+func structProps(t reflect.Type, schemas, props map[string]any) {
+	own := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("json"), ",")[0]
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && tag == "" {
+			inner := map[string]any{}
+			structProps(f.Type, schemas, inner)
+			for k, v := range inner {
+				if !own[k] {
+					props[k] = v
+				}
+			}
+			continue
+		}
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		props[tag], own[tag] = fieldSchema(f, schemas), true
+	}
 }
 
 // fieldSchema describes a struct field: its type's schema with the bounds

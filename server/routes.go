@@ -141,9 +141,9 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	_ = json.Unmarshal(raw, &top)
 	switch img, ok := top["image"]; {
 	case !ok:
-		return errValidation(missingField("body", "image", jsonInput(raw)))
+		return faults.Validation(missingField("body", "image", jsonInput(raw)))
 	case string(img) == "null":
-		return errValidation(validationItem{Type: "string_type", Loc: []any{"body", "image"}, Msg: "Input should be a valid string", Input: nil})
+		return faults.Validation(faults.FieldError{Type: "string_type", Loc: []any{"body", "image"}, Msg: "Input should be a valid string", Input: nil})
 	}
 	p := manager.CreateParams{BlockNetwork: true}
 	if err := s.sandboxParams(&p, req, "body"); err != nil {
@@ -193,21 +193,21 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 	}
 	if has(req.Browser) {
 		if p.Kind != api.KindBrowser {
-			return errValidation(validationItem{Type: "value_error", Loc: at("browser"),
+			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("browser"),
 				Msg: "browser settings need kind \"browser\"", Input: jsonInput(req.Browser)})
 		}
 		var bs struct {
 			Engine string `json:"engine"`
 		}
 		if json.Unmarshal(req.Browser, &bs) == nil && !chromium.ValidEngine(bs.Engine) {
-			return errValidation(validationItem{Type: "value_error", Loc: at("browser", "engine"),
+			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("browser", "engine"),
 				Msg: "browser.engine must be \"chromium\" or \"headless-shell\" (or absent)", Input: bs.Engine})
 		}
 		p.KindOptions = req.Browser
 	}
 	if has(req.Desktop) {
 		if p.Kind != api.KindDesktop {
-			return errValidation(validationItem{Type: "value_error", Loc: at("desktop"),
+			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("desktop"),
 				Msg: "desktop settings need kind \"desktop\"", Input: jsonInput(req.Desktop)})
 		}
 		p.KindOptions = req.Desktop
@@ -224,12 +224,12 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 		case "", runtime.NetworkProxy:
 		case runtime.NetworkFull:
 			if len(req.Egress.Allow) > 0 {
-				return errValidation(validationItem{Type: "value_error", Loc: at("egress", "allow"),
+				return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("egress", "allow"),
 					Msg: "egress.allow needs mode \"proxy\": full-network mode cannot filter by host name", Input: req.Egress.Allow})
 			}
 			p.NetworkMode = runtime.NetworkFull
 		default:
-			return errValidation(validationItem{Type: "value_error", Loc: at("egress", "mode"),
+			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("egress", "mode"),
 				Msg: "egress.mode must be \"proxy\" or \"full\"", Input: req.Egress.Mode})
 		}
 	}
@@ -340,7 +340,7 @@ func (s *Server) exec(c *gin.Context) error {
 		return err
 	}
 	if req.Command == nil {
-		return errValidation(missingField("body", "command", jsonInput(raw)))
+		return faults.Validation(missingField("body", "command", jsonInput(raw)))
 	}
 	var v checks
 	v.noNUL(string(*req.Command), "command", []any{"body", "command"})
@@ -409,7 +409,7 @@ func (s *Server) applyPatch(c *gin.Context) error {
 		return err
 	}
 	if req.Patch == nil {
-		return errValidation(missingField("body", "patch", jsonInput(raw)))
+		return faults.Validation(missingField("body", "patch", jsonInput(raw)))
 	}
 	var v checks
 	v.nonNegative(req.TimeoutSeconds, []any{"body", "timeout_seconds"})
@@ -436,9 +436,9 @@ func (s *Server) upload(c *gin.Context) error {
 	}
 	switch {
 	case req.Path == nil:
-		return errValidation(missingField("body", "path", nil))
+		return faults.Validation(missingField("body", "path", nil))
 	case req.Content == nil:
-		return errValidation(missingField("body", "content", nil))
+		return faults.Validation(missingField("body", "content", nil))
 	}
 	res, err := s.mgr.Upload(c.Request.Context(), c.Param("id"), req)
 	if err != nil {
@@ -451,7 +451,7 @@ func (s *Server) upload(c *gin.Context) error {
 func (s *Server) download(c *gin.Context) error {
 	path, ok := c.GetQuery("path")
 	if !ok {
-		return errValidation(missingField("query", "path", nil))
+		return faults.Validation(missingField("query", "path", nil))
 	}
 	body, err := s.mgr.Download(c.Request.Context(), c.Param("id"), path)
 	if err != nil {

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gorilla/websocket"
 
+	"github.com/orchard/orchard/episodes"
 	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/metrics"
@@ -67,7 +69,7 @@ type Server struct {
 	engine    *gin.Engine
 	routes    []route
 
-	eps       *episodeStore
+	eps       *episodes.Store
 	suitesMu  sync.Mutex        // guards suiteSums
 	suiteSums map[string]string // suite → hash of the stored version the registry has
 	tasks     *tasks.Registry
@@ -75,8 +77,10 @@ type Server struct {
 	recs      *recordings.Store // nil without Config.RecordingsDir
 }
 
-// New builds the server and its routes.
-func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Server {
+// New builds the server and its routes. The manager's store keeps the
+// episodes too, so it must hold documents and locks (the memory and Redis
+// stores do).
+func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*Server, error) {
 	if cfg.ServiceName == "" {
 		cfg.ServiceName = "sandbox-orchestrator"
 	}
@@ -93,8 +97,12 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 	if cfg.Tasks == nil {
 		cfg.Tasks = tasks.NewRegistry()
 	}
+	eps, err := episodes.NewStore(mgr.Store())
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
 	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New(),
-		eps: newEpisodeStore(mgr.Store()), suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
+		eps: eps, suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
 	if cfg.RecordingsDir != "" {
 		recs, err := recordings.NewStore(cfg.RecordingsDir)
 		if err != nil {
@@ -145,7 +153,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) *Se
 		chain = append(chain, s.wrap(r.handler))
 		e.Handle(r.method, r.path, chain...)
 	}
-	return s
+	return s, nil
 }
 
 // WithAgentHTTP lets the server forward browser paths to agents.

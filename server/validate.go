@@ -23,11 +23,11 @@ import (
 // checks collects the failed checks of one request: FastAPI reports every
 // bad field at once, not the first only.
 type checks struct {
-	items []validationItem
+	items []faults.FieldError
 	code  string // of the first item: the error object describes it
 }
 
-func (c *checks) add(code string, it validationItem) {
+func (c *checks) add(code string, it faults.FieldError) {
 	if len(c.items) == 0 {
 		c.code = code
 	}
@@ -39,7 +39,7 @@ func (c *checks) err() error {
 	if len(c.items) == 0 {
 		return nil
 	}
-	return errValidationCode(c.code, c.items...)
+	return faults.ValidationCode(c.code, c.items...)
 }
 
 // joinLoc joins a location prefix ("body", or "body", "sandbox") and a field path.
@@ -48,8 +48,8 @@ func joinLoc(loc []any, field ...any) []any {
 }
 
 // tooSmall is pydantic's item for a number below its minimum (Field(ge=min)).
-func tooSmall(loc []any, input any, min int) validationItem {
-	return validationItem{Type: "greater_than_equal", Loc: loc, Msg: fmt.Sprintf("Input should be greater than or equal to %d", min),
+func tooSmall(loc []any, input any, min int) faults.FieldError {
+	return faults.FieldError{Type: "greater_than_equal", Loc: loc, Msg: fmt.Sprintf("Input should be greater than or equal to %d", min),
 		Input: input, Ctx: map[string]any{"ge": min}}
 }
 
@@ -65,7 +65,7 @@ func (c *checks) nonNegative(v *int, loc []any) {
 // to try (the command would fail to start with exit 126).
 func (c *checks) noNUL(s, what string, loc []any) {
 	if strings.IndexByte(s, 0) >= 0 {
-		c.add(faults.CodeValidation, validationItem{Type: "value_error", Loc: loc, Msg: what + " must not contain a NUL byte", Input: s})
+		c.add(faults.CodeValidation, faults.FieldError{Type: "value_error", Loc: loc, Msg: what + " must not contain a NUL byte", Input: s})
 	}
 }
 
@@ -79,7 +79,7 @@ func (c *checks) env(env map[string]string, loc []any) {
 	slices.Sort(names)
 	for _, k := range names {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			c.add(faults.CodeValidation, validationItem{Type: "value_error", Loc: joinLoc(loc, k),
+			c.add(faults.CodeValidation, faults.FieldError{Type: "value_error", Loc: joinLoc(loc, k),
 				Msg: "environment variable names must be non-empty, without '=' or NUL bytes", Input: k})
 			continue
 		}
@@ -94,12 +94,12 @@ func (c *checks) cpu(v *string, lim manager.Limits, loc []any) {
 	}
 	cores, err := manager.ParseCPU(*v)
 	if err != nil {
-		c.add(faults.CodeValidation, validationItem{Type: "value_error", Loc: loc,
+		c.add(faults.CodeValidation, faults.FieldError{Type: "value_error", Loc: loc,
 			Msg: `cpu must be a CPU quantity above 0, such as "2", "0.5" or "500m"`, Input: *v})
 		return
 	}
 	if err := lim.CheckCPU(cores); err != nil {
-		c.add(faults.CodeLimitExceeded, validationItem{Type: "value_error", Loc: loc, Msg: err.Error(), Input: *v})
+		c.add(faults.CodeLimitExceeded, faults.FieldError{Type: "value_error", Loc: loc, Msg: err.Error(), Input: *v})
 	}
 }
 
@@ -111,12 +111,12 @@ func (c *checks) memory(v *string, lim manager.Limits, loc []any) {
 	}
 	bytes, err := manager.ParseMemory(*v)
 	if err != nil {
-		c.add(faults.CodeValidation, validationItem{Type: "value_error", Loc: loc,
+		c.add(faults.CodeValidation, faults.FieldError{Type: "value_error", Loc: loc,
 			Msg: `memory must be a memory quantity above 0, such as "512Mi", "16Gi" or "1000000000"`, Input: *v})
 		return
 	}
 	if err := lim.CheckMemory(bytes); err != nil {
-		c.add(faults.CodeLimitExceeded, validationItem{Type: "value_error", Loc: loc, Msg: err.Error(), Input: *v})
+		c.add(faults.CodeLimitExceeded, faults.FieldError{Type: "value_error", Loc: loc, Msg: err.Error(), Input: *v})
 	}
 }
 

@@ -197,10 +197,14 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	if err := mgr.Recover(ctx); err != nil {
 		log.Warn("recover sandboxes from an earlier run", "err", err)
 	}
-	srv := server.New(cfg.Server, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
+	srv, err := server.New(cfg.Server, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
 		conn, _, err := agents.Client(addr).DialPTY(ctx, nil)
 		return conn, err
-	}, log).WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	srv.WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -18,6 +18,7 @@ type pkg struct {
 	Dir        string
 	Name       string
 	Deps       []string
+	Imports    []string
 	GoFiles    []string
 	CgoFiles   []string
 }
@@ -83,6 +84,32 @@ func TestBottomPackagesUseOnlyStdlib(t *testing.T) {
 		for _, d := range p.Deps {
 			if strings.Contains(strings.Split(d, "/")[0], ".") && !strings.HasPrefix(d, mod+"faults") {
 				t.Errorf("%s imports %s; faults and api must import only the standard library", p.ImportPath, d)
+			}
+		}
+	}
+}
+
+// The episode engine is the server's rules without its transport: no
+// HTTP framework, no server package, no concrete store (the caller passes
+// one) and no HTTP of its own.
+var forbiddenInEpisodes = []string{"github.com/gin-gonic/", mod + "server", mod + "store/memory", mod + "store/redis",
+	"github.com/redis/go-redis", mod + "runtime"}
+
+func TestEpisodesDependencies(t *testing.T) {
+	for _, p := range goList(t, nil, mod+"episodes") {
+		if len(p.Deps) == 0 {
+			t.Fatalf("%s: go list gave no dependencies", p.ImportPath)
+		}
+		for _, d := range p.Deps {
+			for _, f := range forbiddenInEpisodes {
+				if strings.HasPrefix(d, f) {
+					t.Errorf("%s depends on %s", p.ImportPath, d)
+				}
+			}
+		}
+		for _, i := range p.Imports {
+			if i == "net/http" || strings.HasPrefix(i, "net/http/") {
+				t.Errorf("%s imports %s; HTTP is the server's", p.ImportPath, i)
 			}
 		}
 	}

@@ -147,10 +147,14 @@ func Start(t testing.TB, opts Options) *Server {
 		sc.APIKeys = []string{APIKey}
 	}
 	sc.RequireAPIKey = true
-	srv := server.New(sc, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
+	srv, err := server.New(sc, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
 		c, _, err := agents.Client(addr).DialPTY(ctx, nil)
 		return c, err
-	}, log).WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 	hs := httptest.NewServer(srv.Handler())
 	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs, egress: hub}
 	if opts.Run {

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/orchard/orchard/faults"
+)
+
+// Episode wire types (API.md "Episodes"): the bodies of /episodes, shared
+// by the server, the Go client and — by their JSON — the Python SDK. A
+// field here is API: add, never rename, and keep each omitempty as it is.
+
+// Outcomes of a finished episode: the policy succeeded, the policy failed,
+// or the environment failed under it (a trainer must not learn from that).
+const (
+	OutcomeSuccess  = "success"
+	OutcomeFailure  = "failure"
+	OutcomeEnvError = "env_error"
+)
+
+// Episode statuses.
+const (
+	EpisodeRunning  = "running"
+	EpisodeDone     = "done" // no more steps: finish it
+	EpisodeFinished = "finished"
+	EpisodeAborted  = "aborted"
+)
+
+// CreateEpisodeRequest is the body of POST /episodes. Give TaskID (a
+// loaded task, "id" or "suite/id") or Task (inline).
+type CreateEpisodeRequest struct {
+	TaskID string `json:"task_id,omitempty"`
+	// Task is an inline task in the task format (tasks.Task); api does not
+	// depend on the task package.
+	Task json.RawMessage `json:"task,omitempty"`
+	// Sandbox is a fragment of a POST /sandboxes body (kind, browser,
+	// desktop, memory, faults, block_network, egress) merged over the
+	// task's setup.sandbox.
+	Sandbox json.RawMessage `json:"sandbox,omitempty"`
+	// Observe chooses the parts of each observation; nil means the
+	// server's default (a JPEG screenshot, and in a browser the set-of-marks
+	// elements).
+	Observe          map[string]any `json:"observe,omitempty"`
+	MaxSteps         int            `json:"max_steps,omitempty" openapi:"minimum=0" doc:"0: the task's, else the default"`
+	StepTimeoutMS    int            `json:"step_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
+	EpisodeTimeoutMS int            `json:"episode_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
+	// Record is whether the episode is recorded; nil means yes.
+	Record *bool `json:"record,omitempty"`
+}
+
+// StepRequest is the body of POST /episodes/{id}/step: one action, or a
+// list run in order, and optionally other observation settings than the
+// episode's. The actions are browser or desktop action objects.
+type StepRequest struct {
+	Action  json.RawMessage   `json:"action"`
+	Actions []json.RawMessage `json:"actions,omitempty"`
+	Observe map[string]any    `json:"observe,omitempty"`
+}
+
+// StepInfo is the info of a step: its number, the classified error of its
+// action, the fault a fault plan injected, and its time on the server.
+type StepInfo struct {
+	Step     int           `json:"step"`
+	Error    *faults.Info  `json:"error,omitempty"`
+	Injected *faults.Truth `json:"injected,omitempty"`
+	StepMS   float64       `json:"step_ms"`
+}
+
+// StepResult is the answer of POST /episodes/{id}/step. Observation is the
+// browser's or desktop's observation as its daemon gave it.
+type StepResult struct {
+	Observation json.RawMessage `json:"observation"`
+	Done        bool            `json:"done"`
+	Info        StepInfo        `json:"info"`
+}
+
+// EpisodeStart is the answer of POST /episodes: the episode, its sandbox
+// and the first observation (step 0).
+type EpisodeStart struct {
+	EpisodeID string `json:"episode_id"`
+	SandboxID string `json:"sandbox_id"`
+	StepResult
+}
+
+// FinishEpisodeRequest is the body of POST /episodes/{id}/finish. Answer,
+// when not nil, replaces the answer an `answer` action gave.
+type FinishEpisodeRequest struct {
+	Answer *string `json:"answer,omitempty"`
+}
+
+// Attribution names the fault that ended an episode env_error and the step
+// it happened at (0: before the first action).
+type Attribution struct {
+	faults.Info
+	Step int `json:"step"`
+}
+
+// EpisodeResult is the answer of POST /episodes/{id}/finish. Evaluation is
+// the evaluator's verdict (evaluate.Result) or null.
+type EpisodeResult struct {
+	EpisodeID   string          `json:"episode_id"`
+	Outcome     string          `json:"outcome"` // success, failure, env_error
+	Reward      *float64        `json:"reward"`
+	Evaluation  json.RawMessage `json:"evaluation"`
+	Attribution *Attribution    `json:"attribution"`
+	Steps       int             `json:"steps"`
+	Answer      string          `json:"answer"`
+	RecordingID string          `json:"recording_id"`
+}
+
+// EpisodeStatus is the answer of GET /episodes/{id}.
+type EpisodeStatus struct {
+	EpisodeID   string          `json:"episode_id"`
+	SandboxID   string          `json:"sandbox_id"`
+	TaskID      string          `json:"task_id"`
+	Kind        string          `json:"kind"`   // KindBrowser or KindDesktop
+	Status      string          `json:"status"` // running, done, finished, aborted
+	Steps       int             `json:"steps"`
+	Outcome     string          `json:"outcome,omitempty"`
+	Reward      *float64        `json:"reward,omitempty"`
+	Answer      string          `json:"answer,omitempty"`
+	Attribution *Attribution    `json:"attribution,omitempty"`
+	Evaluation  json.RawMessage `json:"evaluation,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	RecordingID string          `json:"recording_id,omitempty"`
+}
+
+// EpisodeSummary is one episode of GET /episodes.
+type EpisodeSummary struct {
+	EpisodeID string    `json:"episode_id"`
+	TaskID    string    `json:"task_id"`
+	SandboxID string    `json:"sandbox_id"`
+	Kind      string    `json:"kind"`
+	Status    string    `json:"status"`
+	Steps     int       `json:"steps"`
+	Outcome   string    `json:"outcome"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// EpisodeList is the answer of GET /episodes, newest first.
+type EpisodeList struct {
+	Episodes []EpisodeSummary `json:"episodes"`
+}
+
+// EpisodeDeleted is the answer of DELETE /episodes/{id}: a finished
+// episode stays finished.
+type EpisodeDeleted struct {
+	EpisodeID string `json:"episode_id"`
+	Status    string `json:"status"`
+}
