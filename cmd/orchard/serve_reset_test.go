@@ -54,7 +54,7 @@ func TestServeSurvivesResetConnections(t *testing.T) {
 	// A shell sandbox and an episode (a browser sandbox, recorded), both
 	// allowed to reach the site.
 	var shell string
-	var ep client.Episode
+	var ep api.EpisodeStart
 	var g errgroup.Group
 	g.Go(func() error {
 		cr, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "host", BlockNetwork: client.Ptr(false),
@@ -69,7 +69,11 @@ func TestServeSurvivesResetConnections(t *testing.T) {
 	g.Go(func() (err error) {
 		task := &tasks.Task{ID: "hang-ups", Question: "Look.", StartURL: "data:text/html,<title>hang-ups</title><p>hello",
 			Eval: &tasks.Eval{Type: "answer_match", References: []string{"hello"}}}
-		ep, err = c.CreateEpisode(ctx, client.EpisodeRequest{Task: task,
+		raw, err := json.Marshal(task)
+		if err != nil {
+			return err
+		}
+		ep, err = c.CreateEpisode(ctx, api.CreateEpisodeRequest{Task: raw,
 			Sandbox: json.RawMessage(`{"block_network": false, "egress": {"allow": ["reset.test"]}}`)})
 		return err
 	})
