@@ -25,7 +25,7 @@ import (
 // fonts.html's), and without the shell's hinting set to the whole
 // browser's every line of text came out a few pixels narrower (2.5 % of
 // fonts.html's); what remains is frames.html's animated bar caught at
-// another moment (< 0.01 %). The browsers see only the fonts of
+// another moment (up to 0.3 % on a loaded machine). The browsers see only the fonts of
 // fonts-dejavu-core, which scripts/dev.sh installs, with the rendering
 // settings spelled out (pinFonts): the fonts and fontconfig rules a
 // machine happens to have cannot change the outcome. RenderDocument,
@@ -89,7 +89,13 @@ func TestRenderAlike(t *testing.T) {
 			}
 			share := float64(differ) / float64(r.Dx()*r.Dy())
 			t.Logf("%s, %s: %d pixels differ (%.4f %%)", v.name, p, differ, 100*share)
-			if share > 0.001 {
+			// frames.html's bar moves: a loaded machine catches it up to
+			// 0.3 % apart. Every other page must be drawn alike.
+			bound := 0.001
+			if p == "/frames.html" {
+				bound = 0.005
+			}
+			if share > bound {
 				t.Errorf("%s, %s: %.3f %% of pixels differ from the headless shell's", v.name, p, 100*share)
 			}
 		}
