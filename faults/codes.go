@@ -66,6 +66,13 @@ const (
 	CodeSymlinkLoop    = "file.symlink_loop"
 )
 
+// Uploads.
+const (
+	// CodeUploadsBusy: the server is receiving as many large uploads as
+	// it allows at once, and the request waited too long for a turn.
+	CodeUploadsBusy = "platform.uploads_busy"
+)
+
 // Client side of the API.
 const (
 	// CodeUnreachable: the server could not be reached or the connection

@@ -89,6 +89,8 @@ var registry = []CodeInfo{
 	{CodeMisconfigured, Internal, Platform, false, true, "The server or agent is misconfigured."},
 	{CodeStoreUnavailable, Unavailable, Platform, true, true, "The state store (Redis) is unreachable or failing."},
 	{CodeShuttingDown, Unavailable, Platform, true, true, "The server or runtime is shutting down."},
+	{CodeUploadsBusy, Capacity, Platform, true, true, "The server is receiving as many large uploads as it allows at once and the request waited too long for a turn; " +
+		"retry after the Retry-After delay."},
 	{CodeUnreachable, Unavailable, Platform, true, true, "The server could not be reached, or the connection broke before it answered."},
 	{CodeBadResponse, Internal, Platform, false, true, "The server answered with a body the client cannot decode."},
 	{CodeLockLost, Conflict, Platform, false, true, "A lock's lease expired or another replica took it, so a write under it was refused."},
