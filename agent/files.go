@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/jsonstream"
@@ -146,7 +148,11 @@ func fileFault(err error, p string, notFound *faults.Error) error {
 		return notFound
 	case errors.Is(err, syscall.ELOOP):
 		return faults.Wrap(err, faults.CodeSymlinkLoop, faults.InvalidRequest, faults.Client, "Too many levels of symbolic links: "+p)
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+	case errors.Is(err, syscall.EROFS):
+		e := readOnly(p)
+		e.Err = err
+		return e
+	case errors.Is(err, fs.ErrPermission):
 		return faults.Wrap(err, faults.CodeFilePermission, faults.PermissionDenied, faults.Client, "Permission denied: "+p)
 	}
 	return faults.Wrap(err, faults.CodeFileIO, faults.Internal, faults.Sandbox, "File operation failed: "+p)
@@ -375,6 +381,9 @@ func (s *Server) openUpload(p string) (*pendingUpload, error) {
 	if rel == "." {
 		return nil, isDirectory(p)
 	}
+	if s.readOnly(rel) {
+		return nil, readOnly(p)
+	}
 	dir := path.Dir(rel)
 	if err := s.root.MkdirAll(dir, 0o755); err != nil {
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
@@ -449,6 +458,32 @@ func (u *pendingUpload) abort() {
 	if u.tmp != "" {
 		_ = u.s.root.Remove(u.tmp)
 	}
+}
+
+// readOnly reports whether nothing can be written at root-relative path
+// rel: it, or the nearest of its parents that exists, is on a read-only
+// mount (the agent's own binary is one, bind-mounted read-only; so is
+// /proc/sys in every sandbox) or on procfs or sysfs, which take no new
+// files. An upload there could only fail, and would fail confusingly: a
+// create in procfs is "no such file", a rename over a mount point "busy".
+func (s *Server) readOnly(rel string) bool {
+	for p := rel; ; p = path.Dir(p) {
+		f, err := s.root.OpenFile(p, unix.O_PATH, 0)
+		if err != nil {
+			if p == "." {
+				return false
+			}
+			continue
+		}
+		var st unix.Statfs_t
+		err = unix.Fstatfs(int(f.Fd()), &st)
+		f.Close()
+		return err == nil && (st.Flags&unix.ST_RDONLY != 0 || st.Type == unix.PROC_SUPER_MAGIC || st.Type == unix.SYSFS_MAGIC)
+	}
+}
+
+func readOnly(p string) *faults.Error {
+	return faults.New(faults.CodeReadOnly, faults.PermissionDenied, faults.Client, "Read-only path: "+p)
 }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {

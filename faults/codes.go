@@ -64,6 +64,9 @@ const (
 	CodeFilePermission = "file.permission_denied"
 	CodeNotRegular     = "file.not_regular"
 	CodeSymlinkLoop    = "file.symlink_loop"
+	// CodeReadOnly: the path is on a read-only mount (the agent's own
+	// binary, /proc/sys, /sys): nothing can be written there.
+	CodeReadOnly = "file.read_only"
 )
 
 // Uploads.

@@ -70,6 +70,8 @@ var registry = []CodeInfo{
 	{CodeFilePermission, PermissionDenied, Client, false, false, "The sandbox user may not read or write the path."},
 	{CodeNotRegular, InvalidRequest, Client, false, false, "The path is not a regular file (a device, socket or pipe)."},
 	{CodeSymlinkLoop, InvalidRequest, Client, false, false, "The path has too many levels of symbolic links."},
+	{CodeReadOnly, PermissionDenied, Client, false, false, "The path is on a read-only mount (the sandbox's agent binary, /proc/sys, /sys) " +
+		"or a file system that takes no new files; nothing can be written there."},
 	{CodeFileIO, Internal, Sandbox, false, true, "Reading or writing a file inside the sandbox failed."},
 	{CodeGitMissing, InvalidRequest, Task, false, true, "Applying a patch needs git, and the sandbox image has none."},
 

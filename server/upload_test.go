@@ -237,3 +237,36 @@ func TestUploadEdges(t *testing.T) {
 		}
 	})
 }
+
+// TestUploadReadOnlyPaths: an upload where nothing can be written — the
+// agent's own binary (a read-only bind mount), /proc/sys (read-only in
+// every sandbox) and /sys — is refused as read-only, 403, not reported as
+// a failure of the sandbox (500) or a missing file (404).
+func TestUploadReadOnlyPaths(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	id := createReady(t, srv, map[string]any{"memory": "256Mi"})
+	for _, path := range []string{
+		"/.orchard/bin/orchard-agent",
+		"/proc/sys/kernel/hostname",
+		"/proc/sys/orchard-new",
+		"/proc/sys/orchard-dir/new",
+		"/proc/sys/net/../kernel/orchard-new",
+		"/sys/orchard-new",
+		"/sys/kernel/orchard-dir/new",
+	} {
+		t.Run(path, func(t *testing.T) {
+			r := call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": path, "content": "aGk="})
+			e, _ := r.body["error"].(map[string]any)
+			if r.status != 403 || e["code"] != faults.CodeReadOnly || e["category"] != string(faults.PermissionDenied) || e["source"] != string(faults.Client) {
+				t.Fatalf("got %d %s, want 403 %s", r.status, r.raw, faults.CodeReadOnly)
+			}
+			if d, _ := r.body["detail"].(string); !strings.Contains(d, path) {
+				t.Fatalf("detail %q does not name the path", d)
+			}
+		})
+	}
+	// The agent is untouched and nothing was left behind.
+	if j := execWait(t, srv, id, map[string]any{"command": "ls -A /.orchard/bin"}); j.Stdout != "orchard-agent\n" {
+		t.Fatalf("/.orchard/bin holds %q", j.Stdout)
+	}
+}
