@@ -57,6 +57,10 @@ const (
 	maxJSONBody = 16 << 20
 	// maxUploadBody admits 1 GiB of base64 plus the JSON around it.
 	maxUploadBody = 1<<30 + 64<<10
+	// maxUploadField bounds an upload's path and mode: a path is at most
+	// PATH_MAX (4096) bytes, and a value past this bound is refused
+	// rather than held.
+	maxUploadField = 64 << 10
 
 	// readHeaderTimeout only bounds a client that connects and says
 	// nothing; bodies and responses are unbounded in time because exec

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -160,7 +162,9 @@ func (c *Client) do(ctx context.Context, op, method, path string, body any) (*ht
 		return nil, err
 	}
 	var rd io.Reader
-	if body != nil {
+	if r, ok := body.(io.Reader); ok {
+		rd = r // sent as it is read
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, faults.Wrap(fmt.Errorf("agent %s: encode request: %w", op, err), faults.CodeInternal, faults.Internal, faults.Platform, "internal error")
@@ -293,6 +297,106 @@ func (c *Client) Upload(ctx context.Context, req api.UploadRequest) (api.UploadR
 	var res api.UploadResult
 	err := c.getJSON(ctx, "upload", http.MethodPost, "/files/upload", req, &res)
 	return res, err
+}
+
+// UploadFrom writes the file at path in the sandbox from content, the
+// file's bytes, sent as they are read: the agent writes them to disk as
+// they arrive, so neither side holds the file. mode is asked for once
+// content has ended, so that a caller may learn it late (in an upload's
+// JSON it may follow the content); "" keeps the agent's default. When
+// reading content fails, the upload is abandoned, the agent writes
+// nothing, and that error is returned as it is.
+//
+// The request is the same UploadRequest as Upload's, with the path first:
+// an agent that holds the body whole (one from before streaming) still
+// takes it.
+func (c *Client) UploadFrom(ctx context.Context, path string, content io.Reader, mode func() string) (api.UploadResult, error) {
+	p, err := json.Marshal(path)
+	if err != nil {
+		return api.UploadResult{}, faults.Wrap(fmt.Errorf("agent upload: encode path: %w", err), faults.CodeInternal, faults.Internal, faults.Platform, "internal error")
+	}
+	enc := &base64Reader{r: content}
+	body := io.MultiReader(
+		strings.NewReader(`{"path":`+string(p)+`,"content":"`),
+		enc,
+		&lateReader{f: func() io.Reader {
+			end := `"}`
+			if m := mode(); m != "" {
+				b, _ := json.Marshal(m)
+				end = `","mode":` + string(b) + `}`
+			}
+			return strings.NewReader(end)
+		}},
+	)
+	var res api.UploadResult
+	err = c.getJSON(ctx, "upload", http.MethodPost, "/files/upload", body, &res)
+	if ferr := enc.readErr(); ferr != nil {
+		return api.UploadResult{}, ferr
+	}
+	return res, err
+}
+
+// base64Reader encodes what it reads from r as standard base64, with
+// padding at the end.
+type base64Reader struct {
+	r     io.Reader
+	raw   [24 << 10]byte // a multiple of 3: only the last block pads
+	enc   [32 << 10]byte
+	carry int    // bytes of raw kept for the next block
+	out   []byte // encoded, not yet read
+	eof   bool
+
+	// mu guards failed: the transport may still be reading the body when
+	// the request returns.
+	mu     sync.Mutex
+	failed error // r's error other than io.EOF
+}
+
+func (b *base64Reader) readErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed
+}
+
+func (b *base64Reader) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if err := b.readErr(); err != nil {
+			return 0, err
+		}
+		if b.eof {
+			return 0, io.EOF
+		}
+		n, err := b.r.Read(b.raw[b.carry:])
+		total := b.carry + n
+		whole := total / 3 * 3
+		switch {
+		case errors.Is(err, io.EOF):
+			b.eof, whole = true, total
+		case err != nil:
+			b.mu.Lock()
+			b.failed = err
+			b.mu.Unlock()
+		}
+		b.out = b.enc[:base64.StdEncoding.EncodedLen(whole)]
+		base64.StdEncoding.Encode(b.out, b.raw[:whole])
+		b.carry = copy(b.raw[:], b.raw[whole:total])
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+// lateReader reads what f returns, calling f on its first read.
+type lateReader struct {
+	f func() io.Reader
+	r io.Reader
+}
+
+func (l *lateReader) Read(p []byte) (int, error) {
+	if l.r == nil {
+		l.r = l.f()
+	}
+	return l.r.Read(p)
 }
 
 // Download reads a file from the sandbox.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -17,8 +18,11 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/jsonstream"
 )
 
 const (
@@ -144,7 +148,11 @@ func fileFault(err error, p string, notFound *faults.Error) error {
 		return notFound
 	case errors.Is(err, syscall.ELOOP):
 		return faults.Wrap(err, faults.CodeSymlinkLoop, faults.InvalidRequest, faults.Client, "Too many levels of symbolic links: "+p)
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+	case errors.Is(err, syscall.EROFS):
+		e := readOnly(p)
+		e.Err = err
+		return e
+	case errors.Is(err, fs.ErrPermission):
 		return faults.Wrap(err, faults.CodeFilePermission, faults.PermissionDenied, faults.Client, "Permission denied: "+p)
 	}
 	return faults.Wrap(err, faults.CodeFileIO, faults.Internal, faults.Sandbox, "File operation failed: "+p)
@@ -184,132 +192,298 @@ func parseMode(s string) (mode fs.FileMode, ok bool, err error) {
 	return mode, true, nil
 }
 
+// handleUpload writes a file from an UploadRequest as its body arrives:
+// the base64 content is decoded into the file while it streams, so a file
+// of hundreds of megabytes never sits in the agent's memory (the sandbox's
+// memory). The server sends the path first; content that comes before its
+// path is held in memory until the path arrives.
+//
+// Nothing is written in place: the file appears, by rename, only once the
+// whole body has been read and found valid. A body that breaks off (the
+// server gave up on the upload) leaves nothing behind. Whatever fails, the
+// body is read to its end before the answer, so that the sender, still
+// writing it, always gets the answer rather than a broken pipe.
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) error {
-	var req api.UploadRequest
-	if err := decodeJSON(w, r, maxUploadBody, &req); err != nil {
-		return err
+	var (
+		up      *pendingUpload // the file being written, once the path is known
+		held    *bytes.Buffer  // decoded content that came before the path
+		size    int64
+		failure error // the first failure of the file or the content
+	)
+	defer func() {
+		if up != nil {
+			up.abort()
+		}
+	}()
+	jr := jsonstream.Reader{Stream: "content", Keep: []string{"path", "mode"}, MaxValue: maxUploadField,
+		OnStream: func(before []jsonstream.Member, content io.Reader) error {
+			p, known := jsonstream.StringMember(before, "path")
+			switch {
+			case known && p == "":
+				return nil // refused below, before anything is written
+			case !known:
+				held = new(bytes.Buffer)
+				_, failure = CopyContent(held, content)
+				return nil
+			}
+			if up, failure = s.openUpload(p); failure != nil {
+				return nil
+			}
+			size, failure = CopyContent(up.f, content)
+			return nil
+		}}
+	body := http.MaxBytesReader(w, r.Body, maxUploadBody)
+	res, err := jr.Read(body)
+	if err == nil {
+		_, err = io.Copy(io.Discard, body)
 	}
-	if req.Path == nil || *req.Path == "" {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return faults.Wrap(err, faults.CodeTooLarge, faults.TooLarge, faults.Client, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+	case err != nil:
+		return faults.Wrap(err, faults.CodeInvalidJSON, faults.InvalidRequest, faults.Client, "invalid JSON body: "+err.Error())
+	case res.Kind != jsonstream.Object:
+		return faults.New(faults.CodeInvalidJSON, faults.InvalidRequest, faults.Client, "invalid JSON body: want an object")
+	case res.Duplicate != "":
+		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, res.Duplicate+" is given twice")
+	}
+	var req struct {
+		path, content bool
+		p, mode       string
+	}
+	for _, m := range res.Members {
+		var v string
+		switch {
+		case m.Kind == jsonstream.Null:
+			// As if absent, as decoding into the struct had it.
+		case m.Kind != jsonstream.String:
+			return faults.Newf(faults.CodeInvalidJSON, faults.InvalidRequest, faults.Client, "invalid JSON body: %s must be a string", m.Name)
+		case m.TooLong:
+			return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s is longer than %d bytes", m.Name, maxUploadField)
+		case strings.EqualFold(m.Name, "content"):
+			req.content = true
+		case json.Unmarshal(m.Value, &v) != nil:
+			return faults.Newf(faults.CodeInvalidJSON, faults.InvalidRequest, faults.Client, "invalid JSON body: %s must be a string", m.Name)
+		case strings.EqualFold(m.Name, "path"):
+			req.path, req.p = true, v
+		default:
+			req.mode = v
+		}
+	}
+	if !req.path || req.p == "" {
 		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "path is required")
 	}
-	if req.Content == nil {
+	if !req.content {
 		return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "content is required")
 	}
-	mode, explicit, err := parseMode(req.Mode)
+	// Checked last because the mode may follow the content: a bad one
+	// may leave the parents the upload created, never the file.
+	mode, explicit, err := parseMode(req.mode)
 	if err != nil {
 		return err
 	}
-	size, err := s.upload(*req.Path, *req.Content, mode, explicit)
-	if err != nil {
+	if held != nil && failure == nil {
+		if up, failure = s.openUpload(req.p); failure == nil {
+			size, failure = io.Copy(taggedWriter{up.f}, held) // decoded already
+		}
+	}
+	if failure != nil {
+		var we ContentWriteError
+		if errors.As(failure, &we) {
+			return fileFault(fmt.Errorf("upload %s: write: %w", req.p, we.Err), req.p, fileNotFound(req.p))
+		}
+		return failure
+	}
+	if err := up.commit(mode, explicit); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.UploadResult{Success: true, Path: *req.Path, Size: size})
+	up = nil
+	writeJSON(w, http.StatusOK, api.UploadResult{Success: true, Path: req.p, Size: size})
 	return nil
 }
 
-// writeErr marks an error of the destination, so that a copy error can be
-// told apart from one of the base64 source.
-type writeErr struct{ err error }
+// ContentWriteError is a failure of the destination CopyContent writes
+// to, told apart from a failure of the content.
+type ContentWriteError struct{ Err error }
 
-func (e writeErr) Error() string { return e.err.Error() }
-func (e writeErr) Unwrap() error { return e.err }
+func (e ContentWriteError) Error() string { return e.Err.Error() }
+func (e ContentWriteError) Unwrap() error { return e.Err }
 
-type errTaggingWriter struct{ f *os.File }
+// contentInputError is a failure to read the base64 text itself (the JSON
+// around it is broken, the body was cut short): whoever reads the JSON
+// reports it.
+type contentInputError struct{ err error }
 
-func (t errTaggingWriter) Write(p []byte) (int, error) {
-	n, err := t.f.Write(p)
-	if err != nil {
-		err = writeErr{err}
+func (e contentInputError) Error() string { return e.err.Error() }
+func (e contentInputError) Unwrap() error { return e.err }
+
+type taggedReader struct{ r io.Reader }
+
+func (t taggedReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = contentInputError{err}
 	}
 	return n, err
 }
 
-// upload writes the base64 content to sandbox path p: parents are created,
-// and the data goes to a temporary file in the same directory that is then
-// renamed over p, so that readers never see half a file. Without an explicit
-// mode, a replaced file keeps its mode and a new one gets 0666 less umask;
-// a replaced file keeps its owner and group either way.
-func (s *Server) upload(p, content string, mode fs.FileMode, explicit bool) (int64, error) {
+type taggedWriter struct{ w io.Writer }
+
+func (t taggedWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	if err != nil {
+		err = ContentWriteError{err}
+	}
+	return n, err
+}
+
+// CopyContent decodes an upload's content, standard base64 as read from
+// content (line breaks ignored), into dst, and returns the number of bytes
+// written. Its error says what failed: the content is not base64 (a
+// classified file.invalid_base64), dst (a ContentWriteError), or reading
+// content itself (that reader's error, as it is).
+func CopyContent(dst io.Writer, content io.Reader) (int64, error) {
+	n, err := io.Copy(taggedWriter{dst}, base64.NewDecoder(base64.StdEncoding, taggedReader{content}))
+	var in contentInputError
+	var we ContentWriteError
+	switch {
+	case err == nil, errors.As(err, &we):
+		return n, err
+	case errors.As(err, &in):
+		return n, in.err
+	}
+	return n, faults.Wrap(err, faults.CodeInvalidBase64, faults.InvalidRequest, faults.Client, "content is not valid base64")
+}
+
+// pendingUpload is a file being uploaded: a temporary file in the target's
+// directory, renamed over the target once complete, so that readers never
+// see half a file.
+type pendingUpload struct {
+	s        *Server
+	p        string // the path as the user gave it
+	rel, tmp string // the target and the temporary file, relative to the root
+	f        *os.File
+	// Of the file replaced: its mode, owner and group; owner is nil for a
+	// new file.
+	oldMode fs.FileMode
+	owner   *uint32
+	group   uint32
+}
+
+// openUpload prepares to write sandbox path p: parents are created and the
+// temporary file opened.
+func (s *Server) openUpload(p string) (*pendingUpload, error) {
 	rel, err := s.resolve(p)
 	if err != nil {
-		return 0, fileFault(err, p, fileNotFound(p))
+		return nil, fileFault(err, p, fileNotFound(p))
 	}
 	if rel == "." {
-		return 0, isDirectory(p)
+		return nil, isDirectory(p)
+	}
+	if s.readOnly(rel) {
+		return nil, readOnly(p)
 	}
 	dir := path.Dir(rel)
 	if err := s.root.MkdirAll(dir, 0o755); err != nil {
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
-			return 0, faults.Wrap(err, faults.CodeNotDirectory, faults.InvalidRequest, faults.Client, "Parent is not a directory: "+p)
+			return nil, faults.Wrap(err, faults.CodeNotDirectory, faults.InvalidRequest, faults.Client, "Parent is not a directory: "+p)
 		}
-		return 0, fileFault(fmt.Errorf("upload %s: create parents: %w", p, err), p, fileNotFound(p))
+		return nil, fileFault(fmt.Errorf("upload %s: create parents: %w", p, err), p, fileNotFound(p))
 	}
-	var (
-		owner *uint32 // of the file replaced; nil for a new file
-		group uint32
-	)
+	u := &pendingUpload{s: s, p: p, rel: rel}
 	if fi, err := s.root.Stat(rel); err == nil {
 		if fi.IsDir() {
-			return 0, isDirectory(p)
+			return nil, isDirectory(p)
 		}
 		if !fi.Mode().IsRegular() {
-			// The rename below would replace the node itself: a FIFO,
-			// a socket or /dev/null would become a plain file.
-			return 0, faults.New(faults.CodeNotRegular, faults.InvalidRequest, faults.Client, "Not a regular file: "+p)
+			// The rename would replace the node itself: a FIFO, a socket
+			// or /dev/null would become a plain file.
+			return nil, faults.New(faults.CodeNotRegular, faults.InvalidRequest, faults.Client, "Not a regular file: "+p)
 		}
-		if !explicit {
-			mode, explicit = fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky), true
-		}
+		u.oldMode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			owner = &st.Uid // with st.Gid below
-			group = st.Gid
+			u.owner = &st.Uid // with st.Gid below
+			u.group = st.Gid
 		}
 	}
-	tmp := path.Join(dir, ".orchard-upload-"+rand.Text())
-	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	u.tmp = path.Join(dir, ".orchard-upload-"+rand.Text())
+	u.f, err = s.root.OpenFile(u.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
-		return 0, fileFault(fmt.Errorf("upload %s: create temp: %w", p, err), p, fileNotFound(p))
+		return nil, fileFault(fmt.Errorf("upload %s: create temp: %w", p, err), p, fileNotFound(p))
 	}
-	done := false
-	defer func() {
-		if !done {
-			f.Close()
-			_ = s.root.Remove(tmp)
-		}
-	}()
-	n, err := io.Copy(errTaggingWriter{f}, base64.NewDecoder(base64.StdEncoding, strings.NewReader(content)))
-	if err != nil {
-		var we writeErr
-		if errors.As(err, &we) {
-			return 0, fileFault(fmt.Errorf("upload %s: write: %w", p, we.err), p, fileNotFound(p))
-		}
-		return 0, faults.Wrap(err, faults.CodeInvalidBase64, faults.InvalidRequest, faults.Client, "content is not valid base64")
+	return u, nil
+}
+
+// commit gives the written file its owner and mode and renames it over
+// the target. Without an explicit mode, a replaced file keeps its mode and
+// a new one gets 0666 less umask; a replaced file keeps its owner and
+// group either way.
+func (u *pendingUpload) commit(mode fs.FileMode, explicit bool) error {
+	p := u.p
+	if !explicit && u.owner != nil {
+		mode, explicit = u.oldMode, true
 	}
-	if owner != nil {
+	if u.owner != nil {
 		// The file that replaces another keeps its owner, as a write in
 		// place would: a user's file must not become the agent's. Before
 		// the chmod, since a chown clears set-id bits. An agent that may
 		// not chown (not root) leaves the new file its own.
-		if err := f.Chown(int(*owner), int(group)); err != nil && !errors.Is(err, syscall.EPERM) {
-			return 0, fileFault(fmt.Errorf("upload %s: chown: %w", p, err), p, fileNotFound(p))
+		if err := u.f.Chown(int(*u.owner), int(u.group)); err != nil && !errors.Is(err, syscall.EPERM) {
+			return fileFault(fmt.Errorf("upload %s: chown: %w", p, err), p, fileNotFound(p))
 		}
 	}
 	if explicit {
 		// fchmod, unlike the open mode, is not cut by the umask.
-		if err := f.Chmod(mode); err != nil {
-			return 0, fileFault(fmt.Errorf("upload %s: chmod: %w", p, err), p, fileNotFound(p))
+		if err := u.f.Chmod(mode); err != nil {
+			return fileFault(fmt.Errorf("upload %s: chmod: %w", p, err), p, fileNotFound(p))
 		}
 	}
-	if err := f.Close(); err != nil {
-		return 0, fileFault(fmt.Errorf("upload %s: close: %w", p, err), p, fileNotFound(p))
+	if err := u.f.Close(); err != nil {
+		return fileFault(fmt.Errorf("upload %s: close: %w", p, err), p, fileNotFound(p))
 	}
-	if err := s.root.Rename(tmp, rel); err != nil {
-		_ = s.root.Remove(tmp)
-		done = true
-		return 0, fileFault(fmt.Errorf("upload %s: rename: %w", p, err), p, fileNotFound(p))
+	u.f = nil
+	if err := u.s.root.Rename(u.tmp, u.rel); err != nil {
+		return fileFault(fmt.Errorf("upload %s: rename: %w", p, err), p, fileNotFound(p))
 	}
-	done = true
-	return n, nil
+	u.tmp = ""
+	return nil
+}
+
+// abort drops what was written.
+func (u *pendingUpload) abort() {
+	if u.f != nil {
+		u.f.Close()
+	}
+	if u.tmp != "" {
+		_ = u.s.root.Remove(u.tmp)
+	}
+}
+
+// readOnly reports whether nothing can be written at root-relative path
+// rel: it, or the nearest of its parents that exists, is on a read-only
+// mount (the agent's own binary is one, bind-mounted read-only; so is
+// /proc/sys in every sandbox) or on procfs or sysfs, which take no new
+// files. An upload there could only fail, and would fail confusingly: a
+// create in procfs is "no such file", a rename over a mount point "busy".
+func (s *Server) readOnly(rel string) bool {
+	for p := rel; ; p = path.Dir(p) {
+		f, err := s.root.OpenFile(p, unix.O_PATH, 0)
+		if err != nil {
+			if p == "." {
+				return false
+			}
+			continue
+		}
+		var st unix.Statfs_t
+		err = unix.Fstatfs(int(f.Fd()), &st)
+		f.Close()
+		return err == nil && (st.Flags&unix.ST_RDONLY != 0 || st.Type == unix.PROC_SUPER_MAGIC || st.Type == unix.SYSFS_MAGIC)
+	}
+}
+
+func readOnly(p string) *faults.Error {
+	return faults.New(faults.CodeReadOnly, faults.PermissionDenied, faults.Client, "Read-only path: "+p)
 }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {

@@ -10,6 +10,11 @@ package api
 //	GET  /files/list?path=               → FileList
 //	POST /patch         AgentPatchRequest → AgentPatchResult
 //	GET  /exec/pty      WebSocket, frames per ORCHARD_COMPAT §3.17
+//
+// An upload's body is read as it arrives and its content written to disk
+// as it is decoded; the server sends the path first and the mode, if any,
+// after the content, and the file appears only once the body has ended
+// whole.
 
 // AgentHealth is the agent's /health body.
 type AgentHealth struct {

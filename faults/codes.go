@@ -64,6 +64,16 @@ const (
 	CodeFilePermission = "file.permission_denied"
 	CodeNotRegular     = "file.not_regular"
 	CodeSymlinkLoop    = "file.symlink_loop"
+	// CodeReadOnly: the path is on a read-only mount (the agent's own
+	// binary, /proc/sys, /sys): nothing can be written there.
+	CodeReadOnly = "file.read_only"
+)
+
+// Uploads.
+const (
+	// CodeUploadsBusy: the server is receiving as many large uploads as
+	// it allows at once, and the request waited too long for a turn.
+	CodeUploadsBusy = "platform.uploads_busy"
 )
 
 // Local images (oci-layout:, docker-archive:).

@@ -72,6 +72,8 @@ var registry = []CodeInfo{
 	{CodeFilePermission, PermissionDenied, Client, false, false, "The sandbox user may not read or write the path."},
 	{CodeNotRegular, InvalidRequest, Client, false, false, "The path is not a regular file (a device, socket or pipe)."},
 	{CodeSymlinkLoop, InvalidRequest, Client, false, false, "The path has too many levels of symbolic links."},
+	{CodeReadOnly, PermissionDenied, Client, false, false, "The path is on a read-only mount (the sandbox's agent binary, /proc/sys, /sys) " +
+		"or a file system that takes no new files; nothing can be written there."},
 	{CodeFileIO, Internal, Sandbox, false, true, "Reading or writing a file inside the sandbox failed."},
 	{CodeGitMissing, InvalidRequest, Task, false, true, "Applying a patch needs git, and the sandbox image has none."},
 
@@ -95,6 +97,8 @@ var registry = []CodeInfo{
 	{CodeMisconfigured, Internal, Platform, false, true, "The server or agent is misconfigured."},
 	{CodeStoreUnavailable, Unavailable, Platform, true, true, "The state store (Redis) is unreachable or failing."},
 	{CodeShuttingDown, Unavailable, Platform, true, true, "The server or runtime is shutting down."},
+	{CodeUploadsBusy, Capacity, Platform, true, true, "The server is receiving as many large uploads as it allows at once and the request waited too long for a turn; " +
+		"retry after the Retry-After delay."},
 	{CodeUnreachable, Unavailable, Platform, true, true, "The server could not be reached, or the connection broke before it answered."},
 	{CodeBadResponse, Internal, Platform, false, true, "The server answered with a body the client cannot decode."},
 	{CodeLockLost, Conflict, Platform, false, true, "A lock's lease expired or another replica took it, so a write under it was refused."},

@@ -101,6 +101,12 @@ func startReplicas(t *testing.T, bin, stateDir, logDir string, env []string, nam
 }
 
 func launchReplica(name, bin, stateDir, logDir string, env []string) (*replicaProc, error) {
+	return launchServe(name, bin, logDir, env, "--state-dir", stateDir, "--store", "redis")
+}
+
+// launchServe starts `orchard serve` with args on a free loopback port
+// and waits for its /health.
+func launchServe(name, bin, logDir string, env []string, args ...string) (*replicaProc, error) {
 	port, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func launchReplica(name, bin, stateDir, logDir string, env []string) (*replicaPr
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--state-dir", stateDir, "--store", "redis")
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The replica dies with the test process even when that is killed

@@ -38,6 +38,9 @@ type route struct {
 	produces string
 	// rawBody: the body is a file (JSONL, YAML), not one JSON document.
 	rawBody bool
+	// stream: the handler reads the body itself, as it arrives, within
+	// the body limit; readBody leaves it alone for a caller with a key.
+	stream bool
 }
 
 type queryParam struct {
@@ -73,7 +76,7 @@ func (s *Server) table() []route {
 		{method: "POST", path: "/sandboxes/:id/apply_patch", summary: "Apply a unified diff with git apply in /workspace",
 			request: api.PatchRequest{}, response: api.PatchResult{}, handler: s.applyPatch},
 		{method: "POST", path: "/sandboxes/:id/files", summary: "Upload a file (base64)",
-			request: api.UploadRequest{}, response: api.UploadResult{}, handler: s.upload},
+			request: api.UploadRequest{}, response: api.UploadResult{}, handler: s.upload, stream: true},
 		{method: "GET", path: "/sandboxes/:id/files", summary: "Download a file (base64)",
 			query: []queryParam{{"path", "string", "file path in the sandbox", true}}, response: api.FileContent{}, handler: s.download},
 		{method: "GET", path: "/sandboxes/:id/files/list", summary: "List a directory",
@@ -421,26 +424,6 @@ func (s *Server) applyPatch(c *gin.Context) error {
 		timeout = *req.TimeoutSeconds
 	}
 	res, err := s.mgr.ApplyPatch(c.Request.Context(), c.Param("id"), *req.Patch, timeout)
-	if err != nil {
-		return err
-	}
-	c.JSON(http.StatusOK, res)
-	return nil
-}
-
-func (s *Server) upload(c *gin.Context) error {
-	raw := body(c)
-	var req api.UploadRequest
-	if err := decodeJSON(raw, &req); err != nil {
-		return err
-	}
-	switch {
-	case req.Path == nil:
-		return faults.Validation(missingField("body", "path", nil))
-	case req.Content == nil:
-		return faults.Validation(missingField("body", "content", nil))
-	}
-	res, err := s.mgr.Upload(c.Request.Context(), c.Param("id"), req)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,11 @@ type Config struct {
 	// MaxBodyBytes bounds every request body. Uploads travel base64 in
 	// JSON, so this also bounds the largest file (≈ 3/4 of it).
 	MaxBodyBytes int64
+	// MaxConcurrentUploads bounds the uploads of more than 1 MiB (or of
+	// unknown length) received at once; more wait up to five minutes for
+	// a turn, then get 503 with Retry-After. 0 =
+	// DefaultMaxConcurrentUploads, negative = no bound.
+	MaxConcurrentUploads int
 	// Metrics receives the server's instrumentation and is served at
 	// GET /metrics; nil = a fresh registry of the server's own.
 	Metrics *metrics.Metrics
@@ -75,6 +80,7 @@ type Server struct {
 	tasks     *tasks.Registry
 	evaluator *evaluate.Evaluator
 	recs      *recordings.Store // nil without Config.RecordingsDir
+	uploads   *uploadGate
 }
 
 // New builds the server and its routes. The manager's store keeps the
@@ -86,6 +92,9 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*S
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 256 << 20
+	}
+	if cfg.MaxConcurrentUploads == 0 {
+		cfg.MaxConcurrentUploads = DefaultMaxConcurrentUploads
 	}
 	if log == nil {
 		log = slog.Default()
@@ -102,7 +111,8 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*S
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New(),
-		eps: eps, suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge}}
+		eps: eps, suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge},
+		uploads: newUploadGate(cfg.MaxConcurrentUploads, uploadWait)}
 	if cfg.RecordingsDir != "" {
 		recs, err := recordings.NewStore(cfg.RecordingsDir)
 		if err != nil {
@@ -146,7 +156,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*S
 	})
 	s.routes = append(append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...), s.uiRoutes()...)
 	for _, r := range s.routes {
-		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody, r.public)}
+		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody, r.public, r.stream)}
 		if !r.public {
 			chain = append(chain, s.auth(r.ws))
 		}

@@ -171,6 +171,7 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	}
 	boolean("REQUIRE_API_KEY", &cfg.Server.RequireAPIKey)
 	num("ORCHARD_MAX_BODY_BYTES", func(f float64) { cfg.Server.MaxBodyBytes = int64(f) })
+	num("ORCHARD_MAX_CONCURRENT_UPLOADS", func(f float64) { cfg.Server.MaxConcurrentUploads = int(f) })
 
 	m := &cfg.Manager
 	str("SANDBOX_NAMESPACE", &m.Namespace)

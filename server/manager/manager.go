@@ -31,6 +31,9 @@ import (
 type Agent interface {
 	Exec(ctx context.Context, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error)
 	Upload(ctx context.Context, req api.UploadRequest) (api.UploadResult, error)
+	// UploadFrom writes a file from its bytes as content yields them;
+	// mode is asked for once content has ended.
+	UploadFrom(ctx context.Context, path string, content io.Reader, mode func() string) (api.UploadResult, error)
 	OpenDownload(ctx context.Context, path string) (io.ReadCloser, error)
 	List(ctx context.Context, path string) (api.FileList, error)
 	Patch(ctx context.Context, req api.AgentPatchRequest) (api.AgentPatchResult, error)
@@ -635,6 +638,27 @@ func (m *Manager) Upload(ctx context.Context, id string, req api.UploadRequest) 
 	}
 	res, err := a.Upload(ctx, req)
 	return res, compatFileStatus(err)
+}
+
+// UploadFrom writes a file into the sandbox from content, the file's
+// bytes, passed on to the sandbox's agent as they are read: an upload of
+// any size costs the server a few buffers. mode is asked for once content
+// has ended. When reading content fails, nothing is written and that
+// error is returned as it is.
+func (m *Manager) UploadFrom(ctx context.Context, id, path string, content io.Reader, mode func() string) (api.UploadResult, error) {
+	a, err := m.readyAgent(ctx, id)
+	if err != nil {
+		return api.UploadResult{}, err
+	}
+	res, err := a.UploadFrom(ctx, path, content, mode)
+	return res, compatFileStatus(err)
+}
+
+// CheckUpload returns the error an upload to sandbox id meets before it
+// reaches the sandbox (no such sandbox, not ready), or nil.
+func (m *Manager) CheckUpload(ctx context.Context, id string) error {
+	_, err := m.readyAgent(ctx, id)
+	return err
 }
 
 // Download reads a file from the sandbox.
