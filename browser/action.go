@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/retry"
 )
@@ -88,21 +89,12 @@ type Action struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 }
 
-// RetryPolicy retries a page load that failed with a retryable error (a
-// site's 5xx or 429, a reset, a timeout, a resolver that could not answer);
-// a policy error, a 4xx or a name that does not exist is never retried.
-type RetryPolicy struct {
-	// Attempts counts the first try; 0 or 1 means no retry.
-	Attempts int `json:"attempts"`
-	// InitialMS and MaxMS bound the exponential backoff (full jitter)
-	// between attempts; defaults 500 and 5000.
-	InitialMS int `json:"initial_ms,omitempty"`
-	MaxMS     int `json:"max_ms,omitempty"`
-	// BudgetMS caps all attempts and waits together; 0 = no cap.
-	BudgetMS int `json:"budget_ms,omitempty"`
-}
+// RetryPolicy is the wire form of a page-load retry policy (per session:
+// Options.NavigationRetry; per action: Action.Retry).
+type RetryPolicy = api.RetryPolicy
 
-func (r RetryPolicy) policy() retry.Policy {
+// retryPolicy is r as the retry helper runs it.
+func retryPolicy(r RetryPolicy) retry.Policy {
 	p := retry.Policy{Attempts: max(r.Attempts, 1), Initial: 500 * time.Millisecond, Max: 5 * time.Second,
 		Budget: time.Duration(r.BudgetMS) * time.Millisecond}
 	if r.InitialMS > 0 {
@@ -247,9 +239,9 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 }
 
 func (s *Session) retryPolicy(a Action) retry.Policy {
-	p := s.opts.NavigationRetry.policy()
+	p := retryPolicy(s.opts.NavigationRetry)
 	if a.Retry != nil {
-		p = a.Retry.policy()
+		p = retryPolicy(*a.Retry)
 	}
 	// A dead browser is its owner's to restart: retrying the load in it
 	// cannot help.
