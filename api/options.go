@@ -239,3 +239,33 @@ func ValidHostPattern(p string) bool {
 	q := strings.TrimSuffix(strings.TrimPrefix(p, "*."), ".")
 	return q != "" && !strings.ContainsAny(q, "*/ :@?[]\\") && !strings.Contains(q, "..")
 }
+
+// Observe chooses what the observation after a GUI request holds: the
+// `observe` object of POST /sandboxes/{id}/browser/actions, of
+// /desktop/actions and of episodes, and the query parameters of GET
+// /browser/observation. A kind ignores the parts it cannot show.
+type Observe struct {
+	// Screenshot is "jpeg", "png" or "none". Absent: jpeg for a browser,
+	// none for a desktop.
+	Screenshot string `json:"screenshot,omitempty"`
+	// Quality is the JPEG quality, 1–100 (default 80).
+	Quality int `json:"quality,omitempty" openapi:"minimum=0"`
+	// Width downscales the screenshot to this many pixels wide (never up).
+	Width int `json:"width,omitempty" openapi:"minimum=0"`
+	// Height downscales a desktop's screenshot to this many pixels high.
+	Height int `json:"height,omitempty" openapi:"minimum=0" doc:"desktop only"`
+	// Scale downscales a browser's screenshot by this factor, above 0 and
+	// at most 1 (API.md's screenshot ?scale=); Width wins when both are set.
+	Scale float64 `json:"scale,omitempty" doc:"browser only"`
+	// FullPage captures the whole document instead of the viewport.
+	FullPage bool `json:"full_page,omitempty" doc:"browser only"`
+	// AXTree adds the compact accessibility tree as text.
+	AXTree bool `json:"axtree,omitempty" doc:"browser only"`
+	// SOM adds the interactive elements in view (set-of-marks).
+	SOM bool `json:"som,omitempty" doc:"browser only"`
+	// Marks draws the set-of-marks boxes and ids on the screenshot
+	// (implies SOM).
+	Marks bool `json:"marks,omitempty" doc:"browser only"`
+	// Text adds the page's visible text.
+	Text bool `json:"text,omitempty" doc:"browser only"`
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/ordered"
 	"github.com/orchard/orchard/retry"
 )
 
@@ -190,8 +191,7 @@ type Result struct {
 // nil; Do returns an error only when the session itself can no longer
 // work (browser.crashed, browser.closed) or ctx ended.
 func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
-	results := make([]Result, 0, len(actions))
-	for _, a := range actions {
+	return ordered.Run(ctx, actions, func(ctx context.Context, a Action) (Result, error) {
 		start := time.Now()
 		var injected *faults.Truth
 		attempt := func(ctx context.Context, _ int) error {
@@ -218,24 +218,14 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 				r.Retries = tries.Attempts
 			}
 		}
-		if err == nil {
-			results = append(results, r)
-			continue
+		if err != nil {
+			info := faults.Of(err).Info()
+			r.Error = &info
 		}
-		fe := faults.Of(err)
-		info := fe.Info()
-		r.Error = &info
-		results = append(results, r)
-		if serr := s.Err(); serr != nil {
-			return results, serr
-		}
-		if ctx.Err() != nil {
-			return results, fe
-		}
-		s.log.Debug("action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", err)
-		return results, nil
-	}
-	return results, nil
+		return r, err
+	}, s.Err, func(a Action, fe *faults.Error) {
+		s.log.Debug("action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", fe)
+	})
 }
 
 func (s *Session) retryPolicy(a Action) retry.Policy {
