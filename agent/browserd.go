@@ -165,9 +165,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		writeJSON(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("POST /browser/evaluate", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Expression string `json:"expression"`
-		}
+		var req api.EvaluateRequest
 		if err := decodeJSON(w, r, 1<<20, &req); err != nil {
 			fail(w, err)
 			return
@@ -181,7 +179,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]json.RawMessage{"value": v})
+		writeJSON(w, http.StatusOK, api.EvaluateResult{Value: v})
 	})
 	mux.HandleFunc("GET /browser/observation", func(w http.ResponseWriter, r *http.Request) {
 		o, err := observeOptions(r.URL.Query(), "jpeg")
@@ -231,7 +229,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tabs": sess.Tabs()})
+		writeJSON(w, http.StatusOK, api.TabList{Tabs: sess.Tabs()})
 	})
 	mux.HandleFunc("GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) {
 		if err := serveCDP(w, r, sess); err != nil {
