@@ -140,10 +140,10 @@ func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /desktop/status", func(w http.ResponseWriter, r *http.Request) {
-		st := map[string]any{"display": sess.Display(), "window_manager": sess.WindowManager()}
+		st := api.DesktopStatus{Display: sess.Display(), WindowManager: sess.WindowManager()}
 		if f, ok := sess.LastFault(); ok {
-			st["last_fault"] = f.Info()
-			st["last_fault_at"] = f.At
+			info := f.Info()
+			st.LastFault, st.LastFaultAt = &info, &f.At
 		}
 		writeJSON(w, http.StatusOK, st)
 	})

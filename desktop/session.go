@@ -155,15 +155,13 @@ type Fault struct {
 
 // FaultInfo is the wire form of a Fault: its class and message (no
 // internal cause), when it happened and the restart count.
-type FaultInfo struct {
-	faults.Info
-	At       time.Time `json:"at"`
-	Restarts int       `json:"restarts,omitempty"`
-}
+type FaultInfo = api.SessionFault
 
 // Info returns f's wire form.
 func (f Fault) Info() FaultInfo {
-	return FaultInfo{Info: f.Err.Info(), At: f.At, Restarts: f.Restarts}
+	i := f.Err.Info()
+	return FaultInfo{FaultInfo: api.FaultInfo{Category: string(i.Category), Source: string(i.Source), Code: i.Code,
+		Message: i.Message, Retryable: i.Retryable}, At: f.At, Restarts: f.Restarts}
 }
 
 // maxUnreported bounds the faults kept for the next actions response; a

@@ -18,6 +18,6 @@ func (s *Server) desktopRoutes() []route {
 		{method: "GET", path: "/sandboxes/:id/desktop/vnc", summary: "Live view: RFB over WebSocket (noVNC), view-only, shared by up to 8 viewers",
 			ws: true, handler: s.toAgent("/desktop/vnc")},
 		{method: "GET", path: "/sandboxes/:id/desktop/status", summary: "The X display, the window manager's state (running, restarting, down, none) and the last desktop fault (an X server or window manager death)",
-			response: map[string]any{}, handler: s.toAgent("/desktop/status")},
+			response: api.DesktopStatus{}, handler: s.toAgent("/desktop/status")},
 	}
 }

@@ -135,20 +135,7 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		if _, ok := schemas[name]; !ok {
 			schemas[name] = map[string]any{} // breaks cycles
 			props := map[string]any{}
-			for i := range t.NumField() {
-				f := t.Field(i)
-				if !f.IsExported() {
-					continue
-				}
-				tag := strings.Split(f.Tag.Get("json"), ",")[0]
-				if tag == "-" {
-					continue
-				}
-				if tag == "" {
-					tag = f.Name
-				}
-				props[tag] = fieldSchema(f, schemas)
-			}
+			structProps(t, props, schemas)
 			schemas[name] = map[string]any{"type": "object", "properties": props}
 		}
 		s = map[string]any{"$ref": "#/components/schemas/" + name}
@@ -177,6 +164,27 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		s["nullable"] = true
 	}
 	return s
+}
+
+// structProps adds the JSON properties of struct t to props; the fields
+// of an embedded struct without a JSON name are its own, as encoding/json
+// flattens them.
+func structProps(t reflect.Type, props, schemas map[string]any) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("json"), ",")[0]
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			structProps(f.Type, props, schemas)
+			continue
+		}
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		props[tag] = fieldSchema(f, schemas)
+	}
 }
 
 // fieldSchema describes a struct field: its type's schema with the bounds
