@@ -22,6 +22,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/browser"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/inject"
@@ -33,55 +34,13 @@ import (
 // the exit status the browser driver waits for; and a browser that
 // crashes takes only the daemon down, which the agent restarts.
 
-// BrowserOptions are the `browser` settings of a create request.
-type BrowserOptions struct {
-	Viewport          browser.Viewport `json:"viewport"`
-	UserAgent         string           `json:"user_agent,omitempty"`
-	Locale            string           `json:"locale,omitempty"`
-	Timezone          string           `json:"timezone,omitempty"`
-	Headless          *bool            `json:"headless,omitempty"`
-	AutoAcceptDialogs bool             `json:"auto_accept_dialogs,omitempty"`
-	FocusNewTabs      bool             `json:"focus_new_tabs,omitempty"`
-	// Engine: see browser.Options.Engine ("", "chromium", "headless-shell").
-	Engine string `json:"engine,omitempty"`
-	// FastFrames: see browser.Options.FastFrames.
-	FastFrames bool `json:"fast_frames,omitempty"`
-	// ProxyServer is the sandbox's egress proxy, set by the agent.
-	ProxyServer string `json:"proxy_server,omitempty"`
-	// Timeouts of the layers below an action, in milliseconds (0: the
-	// browser package's defaults): one protocol call (a browser that does
-	// not answer within it is probed and, when hung, restarted), a page
-	// load, and the settle wait after an action.
-	CallTimeoutMS       int `json:"call_timeout_ms,omitempty"`
-	NavigationTimeoutMS int `json:"navigation_timeout_ms,omitempty"`
-	SettleTimeoutMS     int `json:"settle_timeout_ms,omitempty"`
-	// SettleQuietMS and SettleIdleMS tune the settle wait (how long the
-	// page must be quiet; when to stop early if nothing happened).
-	SettleQuietMS int `json:"settle_quiet_ms,omitempty"`
-	SettleIdleMS  int `json:"settle_idle_ms,omitempty"`
-	// PlainSettle: see browser.Options.PlainSettle.
-	PlainSettle bool `json:"plain_settle,omitempty"`
-	// NavigationRetry retries page loads that fail with retryable site or
-	// network errors.
-	NavigationRetry *browser.RetryPolicy `json:"navigation_retry,omitempty"`
-}
-
-func (o BrowserOptions) session(log *slog.Logger) browser.Options {
-	bo := browser.Options{
-		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
-		Headless: o.Headless, Engine: o.Engine, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs, FastFrames: o.FastFrames, Logger: log,
-		// GET /browser/cdp proxies to it.
-		DevTools: true,
-	}
-	bo.CallTimeout = time.Duration(o.CallTimeoutMS) * time.Millisecond
-	bo.NavigationTimeout = time.Duration(o.NavigationTimeoutMS) * time.Millisecond
-	bo.SettleTimeout = time.Duration(o.SettleTimeoutMS) * time.Millisecond
-	bo.SettleQuiet = time.Duration(o.SettleQuietMS) * time.Millisecond
-	bo.SettleIdle = time.Duration(o.SettleIdleMS) * time.Millisecond
-	bo.PlainSettle = o.PlainSettle
-	if o.NavigationRetry != nil {
-		bo.NavigationRetry = *o.NavigationRetry
-	}
+// browserSession returns the session options of the daemon from the
+// create request's settings.
+func browserSession(o api.BrowserOptions, log *slog.Logger) browser.Options {
+	bo := browser.OptionsOf(o)
+	bo.Logger = log
+	// GET /browser/cdp proxies to it.
+	bo.DevTools = true
 	if o.ProxyServer != "" {
 		bo.ProxyServer = "http://" + o.ProxyServer
 		bo.Evidence = evidenceClient(o.ProxyServer)
@@ -101,12 +60,12 @@ func BrowserMain(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var opts BrowserOptions
+	var opts api.BrowserOptions
 	if err := json.Unmarshal([]byte(*optJSON), &opts); err != nil {
 		return fmt.Errorf("browser options: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "browser")
-	so := opts.session(log)
+	so := browserSession(opts, log)
 	so.UserDataDir = *profile
 	if so.UserDataDir != "" {
 		// A crashed browser leaves its profile locked; the lock's owner is
@@ -206,9 +165,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		writeJSON(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("POST /browser/evaluate", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Expression string `json:"expression"`
-		}
+		var req api.EvaluateRequest
 		if err := decodeJSON(w, r, 1<<20, &req); err != nil {
 			fail(w, err)
 			return
@@ -222,7 +179,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]json.RawMessage{"value": v})
+		writeJSON(w, http.StatusOK, api.EvaluateResult{Value: v})
 	})
 	mux.HandleFunc("GET /browser/observation", func(w http.ResponseWriter, r *http.Request) {
 		o, err := observeOptions(r.URL.Query(), "jpeg")
@@ -272,7 +229,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tabs": sess.Tabs()})
+		writeJSON(w, http.StatusOK, api.TabList{Tabs: sess.Tabs()})
 	})
 	mux.HandleFunc("GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) {
 		if err := serveCDP(w, r, sess); err != nil {
@@ -351,7 +308,7 @@ const browserSocket = "/run/orchard-browser.sock"
 // restarted when it dies, reached over its socket.
 type browserProc struct {
 	s    *Server
-	opts string // BrowserOptions as JSON
+	opts string // api.BrowserOptions as JSON
 	sock string
 	kind daemonKind
 
@@ -385,13 +342,13 @@ const browserStartTimeout = 60 * time.Second
 func (s *Server) startBrowser(ctx context.Context, opts string) (*browserProc, error) {
 	if s.egress != nil {
 		// Chromium goes through the sandbox's proxy like every command.
-		var m map[string]any
-		if err := json.Unmarshal([]byte(opts), &m); err != nil || m == nil {
-			m = map[string]any{}
+		// Settings that do not decode are the daemon's to report.
+		var o api.BrowserOptions
+		if err := json.Unmarshal([]byte(opts), &o); err == nil {
+			o.ProxyServer = s.egress.ln.Addr().String()
+			b, _ := json.Marshal(o)
+			opts = string(b)
 		}
-		m["proxy_server"] = s.egress.ln.Addr().String()
-		b, _ := json.Marshal(m)
-		opts = string(b)
 	}
 	sock := browserSocket
 	if s.cfg.BrowserSocket != "" {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/desktop"
 	"github.com/orchard/orchard/faults"
 )
@@ -24,19 +25,6 @@ import (
 
 // desktopSocket is where the desktop daemon listens, inside the sandbox.
 const desktopSocket = "/run/orchard-desktop.sock"
-
-// DesktopOptions are the `desktop` settings of a create request.
-type DesktopOptions struct {
-	Width  int      `json:"width,omitempty"`
-	Height int      `json:"height,omitempty"`
-	Depth  int      `json:"depth,omitempty"`
-	Apps   []string `json:"apps,omitempty"`
-	// WindowManager is "" (openbox when installed) or "none".
-	WindowManager string `json:"window_manager,omitempty"`
-	// URL is what the chromium app opens, as an app window (no tabs or
-	// address bar) filling the screen.
-	URL string `json:"url,omitempty"`
-}
 
 var desktopDaemon = daemonKind{name: "desktop", code: faults.CodeDesktopXDied, launch: faults.CodeDesktopLaunch, source: faults.Desktop,
 	args: func(exe, sock, opts string) []string {
@@ -55,17 +43,14 @@ func DesktopMain(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var o DesktopOptions
+	var o api.DesktopOptions
 	if err := json.Unmarshal([]byte(*optJSON), &o); err != nil {
 		return fmt.Errorf("desktop options: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "desktop")
-	var chromiumArgs []string
-	if o.URL != "" {
-		chromiumArgs = []string{"--app=" + o.URL}
-	}
-	sess, err := desktop.Start(ctx, desktop.Options{Width: o.Width, Height: o.Height, Depth: o.Depth,
-		Apps: o.Apps, WindowManager: o.WindowManager, ChromiumArgs: chromiumArgs, Logger: log})
+	so := desktop.OptionsOf(o)
+	so.Logger = log
+	sess, err := desktop.Start(ctx, so)
 	if err != nil {
 		return err
 	}
@@ -155,10 +140,10 @@ func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /desktop/status", func(w http.ResponseWriter, r *http.Request) {
-		st := map[string]any{"display": sess.Display(), "window_manager": sess.WindowManager()}
+		st := api.DesktopStatus{Display: sess.Display(), WindowManager: sess.WindowManager()}
 		if f, ok := sess.LastFault(); ok {
-			st["last_fault"] = f.Info()
-			st["last_fault_at"] = f.At
+			info := f.Info()
+			st.LastFault, st.LastFaultAt = &info, &f.At
 		}
 		writeJSON(w, http.StatusOK, st)
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/creack/pty"
 	"github.com/gorilla/websocket"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
@@ -48,43 +49,6 @@ const (
 
 	closeBadInit  = 4400
 	closeInternal = 4500
-)
-
-// Frames of the PTY protocol (ORCHARD_COMPAT §3.17). All are JSON text
-// frames; binary data is base64 ([]byte).
-type (
-	ptyInitFrame struct {
-		Type       string            `json:"type"`
-		Cmd        []string          `json:"cmd"`
-		Env        map[string]string `json:"env"`
-		Cwd        *string           `json:"cwd"`
-		Rows       int               `json:"rows"`
-		Cols       int               `json:"cols"`
-		LoginShell bool              `json:"login_shell"`
-	}
-	ptyClientFrame struct {
-		Type string `json:"type"`
-		Data []byte `json:"data"`
-		Sig  string `json:"sig"`
-		Rows int    `json:"rows"`
-		Cols int    `json:"cols"`
-	}
-	ptyReadyFrame struct {
-		Type string `json:"type"`
-		PID  int    `json:"pid"`
-	}
-	ptyDataFrame struct {
-		Type string `json:"type"`
-		Data []byte `json:"data"`
-	}
-	ptyExitFrame struct {
-		Type string `json:"type"`
-		Code int    `json:"code"`
-	}
-	ptyErrorFrame struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
 )
 
 // ptySignals are the signal names a client may send; anything else is TERM.
@@ -146,7 +110,7 @@ func (ps *ptySession) closeWith(code int, reason string) {
 
 // fail reports a session error and closes with code.
 func (ps *ptySession) fail(code int, msg string) {
-	_ = ps.send(ptyErrorFrame{Type: "error", Message: msg})
+	_ = ps.send(api.PTYErrorFrame{Type: api.PTYError, Message: msg})
 	ps.closeWith(code, "")
 	ps.awaitClose()
 }
@@ -165,7 +129,7 @@ func (ps *ptySession) awaitClose() {
 
 // readInit reads and checks the init frame. When it is not acceptable, msg
 // is the text of the client's error frame, or "" if the client left.
-func (ps *ptySession) readInit() (init ptyInitFrame, msg string, ok bool) {
+func (ps *ptySession) readInit() (init api.PTYInitFrame, msg string, ok bool) {
 	_ = ps.conn.SetReadDeadline(time.Now().Add(ptyInitTimeout))
 	mt, data, err := ps.conn.ReadMessage()
 	if err != nil {
@@ -187,7 +151,7 @@ func (ps *ptySession) readInit() (init ptyInitFrame, msg string, ok bool) {
 		return init, "bad init frame: " + err.Error(), false
 	}
 	switch {
-	case init.Type != "init":
+	case init.Type != api.PTYInit:
 		return init, fmt.Sprintf("bad init frame: type is %q, want \"init\"", init.Type), false
 	case len(init.Cmd) == 0:
 		return init, "bad init frame: cmd must be a non-empty list", false
@@ -238,7 +202,7 @@ func shellQuote(s string) string {
 var shellUnsafe = regexp.MustCompile(`[^A-Za-z0-9_@%+=:,./-]`)
 
 // ptyArgv is the argv of an init frame.
-func ptyArgv(init ptyInitFrame) []string {
+func ptyArgv(init api.PTYInitFrame) []string {
 	if !init.LoginShell {
 		return init.Cmd
 	}
@@ -304,7 +268,7 @@ func setWinsize(f *os.File, ws *pty.Winsize) error {
 
 // run starts the command and relays until it has exited and its output has
 // been drained.
-func (ps *ptySession) run(ctx context.Context, init ptyInitFrame) {
+func (ps *ptySession) run(ctx context.Context, init api.PTYInitFrame) {
 	argv := ptyArgv(init)
 	def := ps.s.cfg.Cwd
 	dir := ""
@@ -355,7 +319,7 @@ func (ps *ptySession) run(ctx context.Context, init ptyInitFrame) {
 		ps.fail(closeInternal, "spawn failed: "+err.Error())
 		return
 	}
-	if err := ps.send(ptyReadyFrame{Type: "ready", PID: c.pid}); err != nil {
+	if err := ps.send(api.PTYReadyFrame{Type: api.PTYReady, PID: c.pid}); err != nil {
 		ps.log.Debug("pty client gone before ready", "err", err)
 	}
 
@@ -414,7 +378,7 @@ wait:
 	<-outDone
 
 	code, _ := c.exitCode()
-	_ = ps.send(ptyExitFrame{Type: "exit", Code: code})
+	_ = ps.send(api.PTYExitFrame{Type: api.PTYExit, Code: code})
 	ps.closeWith(websocket.CloseNormalClosure, "")
 	close(stop)
 	select {
@@ -430,9 +394,9 @@ wait:
 // There is no process, so ready carries pid 0.
 func (ps *ptySession) notFound(argv0 string, err error) {
 	ps.log.Debug("pty command not found", "argv0", argv0, "err", err)
-	_ = ps.send(ptyReadyFrame{Type: "ready", PID: 0})
-	_ = ps.send(ptyDataFrame{Type: "stdout", Data: []byte("pty_runner: command not found: " + argv0 + "\r\n")})
-	_ = ps.send(ptyExitFrame{Type: "exit", Code: 127})
+	_ = ps.send(api.PTYReadyFrame{Type: api.PTYReady, PID: 0})
+	_ = ps.send(api.PTYDataFrame{Type: api.PTYStdout, Data: []byte("pty_runner: command not found: " + argv0 + "\r\n")})
+	_ = ps.send(api.PTYExitFrame{Type: api.PTYExit, Code: 127})
 	ps.closeWith(websocket.CloseNormalClosure, "")
 	ps.awaitClose()
 }
@@ -458,7 +422,7 @@ func (ps *ptySession) pumpOutput(master *os.File) {
 	for {
 		n, err := master.Read(buf)
 		if n > 0 && !broken {
-			if serr := ps.send(ptyDataFrame{Type: "stdout", Data: buf[:n]}); serr != nil {
+			if serr := ps.send(api.PTYDataFrame{Type: api.PTYStdout, Data: buf[:n]}); serr != nil {
 				broken = true
 			}
 		}
@@ -479,24 +443,24 @@ func (ps *ptySession) readClient(c *child, master *os.File, stdin *stdinQueue) {
 		if closed || mt != websocket.TextMessage {
 			continue
 		}
-		var f ptyClientFrame
+		var f api.PTYInputFrame
 		if json.Unmarshal(data, &f) != nil {
 			continue // unparseable frames are ignored
 		}
 		switch f.Type {
-		case "stdin":
+		case api.PTYStdin:
 			if !stdin.push(f.Data) {
 				ps.log.Warn("pty stdin dropped: child is not reading", "bytes", len(f.Data))
 			}
-		case "signal":
+		case api.PTYSignal:
 			sig, ok := ptySignals[strings.ToUpper(f.Sig)]
 			if !ok {
 				sig = syscall.SIGTERM
 			}
 			ps.signal(c, sig)
-		case "resize":
+		case api.PTYResize:
 			_ = setWinsize(master, ptyWinsize(f.Rows, f.Cols)) // errors ignored, as in Orchard
-		case "close":
+		case api.PTYClose:
 			ps.signal(c, syscall.SIGTERM)
 			closed = true
 		}

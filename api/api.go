@@ -6,6 +6,8 @@ package api
 import (
 	"encoding/json"
 	"strings"
+
+	"github.com/orchard/orchard/faults"
 )
 
 // Sandbox statuses (ORCHARD_COMPAT §6).
@@ -44,12 +46,10 @@ type CreateSandboxRequest struct {
 	Memory  *string `json:"memory"`
 	Timeout *int    `json:"timeout" openapi:"minimum=0" doc:"readiness timeout, seconds; 0 or null: 3600"`
 	Kind    string  `json:"kind,omitempty"`
-	// Browser configures a browser sandbox (viewport, user_agent, locale,
-	// timezone, headless, auto_accept_dialogs, focus_new_tabs).
-	Browser json.RawMessage `json:"browser,omitempty"`
-	// Desktop configures a desktop sandbox (width, height, depth, apps,
-	// window_manager).
-	Desktop    json.RawMessage   `json:"desktop,omitempty"`
+	// Browser configures a browser sandbox; only with kind "browser".
+	Browser *BrowserOptions `json:"browser,omitempty"`
+	// Desktop configures a desktop sandbox; only with kind "desktop".
+	Desktop    *DesktopOptions   `json:"desktop,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	TTLSeconds *int              `json:"ttl_seconds,omitempty" openapi:"minimum=0" doc:"hard cap on the sandbox's age, seconds; 0 or absent: SANDBOX_TTL_HOURS"`
@@ -57,7 +57,7 @@ type CreateSandboxRequest struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// Faults is a fault plan ({"faults": [...]}) injected into the
 	// sandbox, for testing the layers that attribute failures.
-	Faults json.RawMessage `json:"faults,omitempty"`
+	Faults *faults.Plan `json:"faults,omitempty"`
 }
 
 // Egress is the `egress` object of a create request.

@@ -7,7 +7,9 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/ordered"
 	"github.com/orchard/orchard/retry"
 )
 
@@ -88,21 +90,12 @@ type Action struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 }
 
-// RetryPolicy retries a page load that failed with a retryable error (a
-// site's 5xx or 429, a reset, a timeout, a resolver that could not answer);
-// a policy error, a 4xx or a name that does not exist is never retried.
-type RetryPolicy struct {
-	// Attempts counts the first try; 0 or 1 means no retry.
-	Attempts int `json:"attempts"`
-	// InitialMS and MaxMS bound the exponential backoff (full jitter)
-	// between attempts; defaults 500 and 5000.
-	InitialMS int `json:"initial_ms,omitempty"`
-	MaxMS     int `json:"max_ms,omitempty"`
-	// BudgetMS caps all attempts and waits together; 0 = no cap.
-	BudgetMS int `json:"budget_ms,omitempty"`
-}
+// RetryPolicy is the wire form of a page-load retry policy (per session:
+// Options.NavigationRetry; per action: Action.Retry).
+type RetryPolicy = api.RetryPolicy
 
-func (r RetryPolicy) policy() retry.Policy {
+// retryPolicy is r as the retry helper runs it.
+func retryPolicy(r RetryPolicy) retry.Policy {
 	p := retry.Policy{Attempts: max(r.Attempts, 1), Initial: 500 * time.Millisecond, Max: 5 * time.Second,
 		Budget: time.Duration(r.BudgetMS) * time.Millisecond}
 	if r.InitialMS > 0 {
@@ -198,8 +191,7 @@ type Result struct {
 // nil; Do returns an error only when the session itself can no longer
 // work (browser.crashed, browser.closed) or ctx ended.
 func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
-	results := make([]Result, 0, len(actions))
-	for _, a := range actions {
+	return ordered.Run(ctx, actions, func(ctx context.Context, a Action) (Result, error) {
 		start := time.Now()
 		var injected *faults.Truth
 		attempt := func(ctx context.Context, _ int) error {
@@ -226,30 +218,20 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 				r.Retries = tries.Attempts
 			}
 		}
-		if err == nil {
-			results = append(results, r)
-			continue
+		if err != nil {
+			info := faults.Of(err).Info()
+			r.Error = &info
 		}
-		fe := faults.Of(err)
-		info := fe.Info()
-		r.Error = &info
-		results = append(results, r)
-		if serr := s.Err(); serr != nil {
-			return results, serr
-		}
-		if ctx.Err() != nil {
-			return results, fe
-		}
-		s.log.Debug("action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", err)
-		return results, nil
-	}
-	return results, nil
+		return r, err
+	}, s.Err, func(a Action, fe *faults.Error) {
+		s.log.Debug("action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", fe)
+	})
 }
 
 func (s *Session) retryPolicy(a Action) retry.Policy {
-	p := s.opts.NavigationRetry.policy()
+	p := retryPolicy(s.opts.NavigationRetry)
 	if a.Retry != nil {
-		p = a.Retry.policy()
+		p = retryPolicy(*a.Retry)
 	}
 	// A dead browser is its owner's to restart: retrying the load in it
 	// cannot help.

@@ -15,34 +15,13 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
-// ObserveOptions choose the parts of an observation. The JSON names are
-// the "observe" object of API.md and the query parameters of
-// GET /browser/observation.
-type ObserveOptions struct {
-	// Screenshot is "jpeg" (default), "png" or "none".
-	Screenshot string `json:"screenshot,omitempty"`
-	// Quality is the JPEG quality, 1–100 (default 80).
-	Quality int `json:"quality,omitempty"`
-	// Width downscales the screenshot to this many pixels wide (never up).
-	Width int `json:"width,omitempty"`
-	// Scale downscales the screenshot by this factor, above 0 and at most
-	// 1 (API.md's screenshot ?scale=); Width wins when both are set.
-	Scale float64 `json:"scale,omitempty"`
-	// FullPage captures the whole document instead of the viewport.
-	FullPage bool `json:"full_page,omitempty"`
-	// AXTree adds the compact accessibility tree as text.
-	AXTree bool `json:"axtree,omitempty"`
-	// SOM adds the interactive elements in view (set-of-marks).
-	SOM bool `json:"som,omitempty"`
-	// Marks draws the set-of-marks boxes and ids on the screenshot
-	// (implies SOM).
-	Marks bool `json:"marks,omitempty"`
-	// Text adds the page's visible text.
-	Text bool `json:"text,omitempty"`
-}
+// ObserveOptions choose the parts of an observation (api.Observe; the
+// screenshot is a JPEG unless asked otherwise).
+type ObserveOptions = api.Observe
 
 // Observation is what the agent sees of the active tab.
 type Observation struct {
@@ -133,7 +112,7 @@ const (
 	textMax       = 100_000
 )
 
-func (o ObserveOptions) validate() error {
+func validateObserve(o ObserveOptions) error {
 	switch o.Screenshot {
 	case "", "jpeg", "png", "none":
 	default:
@@ -156,7 +135,7 @@ func (o ObserveOptions) validate() error {
 // cannot answer until the dialog is closed.
 func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, error) {
 	start := time.Now()
-	if err := o.validate(); err != nil {
+	if err := validateObserve(o); err != nil {
 		return Observation{}, err
 	}
 	t, err := s.activeTab(ctx)
@@ -239,7 +218,7 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 	}
 	if o.Marks && obs.Screenshot != nil && len(obs.Elements) > 0 {
 		marksStart := time.Now()
-		if err := drawMarks(obs.Screenshot, obs.Elements, o.quality()); err != nil {
+		if err := drawMarks(obs.Screenshot, obs.Elements, shotQuality(o)); err != nil {
 			s.log.Warn("draw marks", "error", err)
 		}
 		obs.Timing.MarksMS = msSince(marksStart)
@@ -253,14 +232,14 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 	return obs, nil
 }
 
-func (o ObserveOptions) quality() int {
+func shotQuality(o ObserveOptions) int {
 	if o.Quality <= 0 {
 		return 80
 	}
 	return o.Quality
 }
 
-func (o ObserveOptions) format() string {
+func shotFormat(o ObserveOptions) string {
 	if o.Screenshot == "" {
 		return "jpeg"
 	}
@@ -269,12 +248,12 @@ func (o ObserveOptions) format() string {
 
 func (s *Session) screenshot(ctx context.Context, t *tab, o ObserveOptions, st pageState, scale, w, h float64) (*Screenshot, error) {
 	p := page.CaptureScreenshotParams{OptimizeForSpeed: new(true)}
-	format := o.format()
+	format := shotFormat(o)
 	if format == "png" {
 		p.Format = page.CaptureScreenshotFormatPng
 	} else {
 		p.Format = page.CaptureScreenshotFormatJpeg
-		p.Quality = new(int64(o.quality()))
+		p.Quality = new(int64(shotQuality(o)))
 	}
 	switch {
 	case o.FullPage:
@@ -334,7 +313,7 @@ func (s *Session) Screenshot(ctx context.Context, o ObserveOptions) (Observation
 	if o.Screenshot == "none" {
 		return Observation{}, errInvalid("screenshot: format none")
 	}
-	obs, err := s.Observe(ctx, ObserveOptions{Screenshot: o.format(), Quality: o.Quality, Width: o.Width, Scale: o.Scale, FullPage: o.FullPage})
+	obs, err := s.Observe(ctx, ObserveOptions{Screenshot: shotFormat(o), Quality: o.Quality, Width: o.Width, Scale: o.Scale, FullPage: o.FullPage})
 	if err != nil {
 		return Observation{}, err
 	}

@@ -5,15 +5,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/chromium"
 )
 
 // Viewport is a size in CSS pixels.
-type Viewport struct {
-	Width  int `json:"width"`
-	Height int `json:"height"`
-}
+type Viewport = api.Viewport
 
 // Options configure a Session. The zero value is usable: Launch fills the
 // defaults documented on each field.
@@ -103,6 +101,26 @@ type Options struct {
 	// ExtraFlags are added to the command line ("name" or "name=value",
 	// without the leading dashes).
 	ExtraFlags []string
+}
+
+// OptionsOf returns the session options a create request's `browser`
+// settings ask for. The caller adds what only it knows: the proxy and its
+// evidence, a logger, the profile directory.
+func OptionsOf(o api.BrowserOptions) Options {
+	bo := Options{
+		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
+		Headless: o.Headless, Engine: o.Engine, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs,
+		FastFrames: o.FastFrames, PlainSettle: o.PlainSettle,
+		CallTimeout:       time.Duration(o.CallTimeoutMS) * time.Millisecond,
+		NavigationTimeout: time.Duration(o.NavigationTimeoutMS) * time.Millisecond,
+		SettleTimeout:     time.Duration(o.SettleTimeoutMS) * time.Millisecond,
+		SettleQuiet:       time.Duration(o.SettleQuietMS) * time.Millisecond,
+		SettleIdle:        time.Duration(o.SettleIdleMS) * time.Millisecond,
+	}
+	if o.NavigationRetry != nil {
+		bo.NavigationRetry = *o.NavigationRetry
+	}
+	return bo
 }
 
 // Defaults. Each says why it has its value.

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/chromium"
 )
@@ -705,12 +706,7 @@ func (s *Session) toFront(ctx context.Context, t *tab) error {
 }
 
 // Tab is one open tab as observations list it.
-type Tab struct {
-	Index  int    `json:"index"`
-	URL    string `json:"url"`
-	Title  string `json:"title"`
-	Active bool   `json:"active"`
-}
+type Tab = api.Tab
 
 // Tabs lists the open tabs.
 func (s *Session) Tabs() []Tab {

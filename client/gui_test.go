@@ -29,9 +29,15 @@ func guiSandbox(t *testing.T, srv *testserver.Server, c *client.Client, kind, se
 	req := api.CreateSandboxRequest{Image: "host", Kind: kind}
 	switch kind {
 	case api.KindBrowser:
-		req.Browser = json.RawMessage(settings)
+		req.Browser = new(api.BrowserOptions)
+		if err := json.Unmarshal([]byte(settings), req.Browser); err != nil {
+			t.Fatal(err)
+		}
 	case api.KindDesktop:
-		req.Desktop = json.RawMessage(settings)
+		req.Desktop = new(api.DesktopOptions)
+		if err := json.Unmarshal([]byte(settings), req.Desktop); err != nil {
+			t.Fatal(err)
+		}
 	}
 	created, err := c.CreateSandbox(ctx, req)
 	if err != nil {

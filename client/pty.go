@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
@@ -50,34 +50,6 @@ type PTYOptions struct {
 	Rows, Cols int
 	// LoginShell runs Cmd inside `bash --login -i` after ~/.bashrc.
 	LoginShell bool
-}
-
-// ptyFrame is one JSON text frame of the PTY protocol (ORCHARD_COMPAT §3.17).
-type ptyFrame struct {
-	Type       string            `json:"type"`
-	Cmd        []string          `json:"cmd,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Cwd        *string           `json:"cwd,omitempty"`
-	Rows       int               `json:"rows,omitempty"`
-	Cols       int               `json:"cols,omitempty"`
-	LoginShell *bool             `json:"login_shell,omitempty"`
-	Data       string            `json:"data,omitempty"`
-	Sig        string            `json:"sig,omitempty"`
-	PID        int               `json:"pid,omitempty"`
-	Code       *int              `json:"code,omitempty"`
-	Message    string            `json:"message,omitempty"`
-}
-
-// initFrame is the first frame, with every key present as the SDK sends
-// it (env {} and cwd null when unset).
-type initFrame struct {
-	Type       string            `json:"type"`
-	Cmd        []string          `json:"cmd"`
-	Env        map[string]string `json:"env"`
-	Cwd        *string           `json:"cwd"`
-	Rows       int               `json:"rows"`
-	Cols       int               `json:"cols"`
-	LoginShell bool              `json:"login_shell"`
 }
 
 // PTYSession is a running interactive command with a terminal. Its output
@@ -152,7 +124,7 @@ func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTYSessi
 	if env == nil {
 		env = map[string]string{}
 	}
-	init := initFrame{Type: "init", Cmd: cmd, Env: env, Rows: opts.Rows, Cols: opts.Cols, LoginShell: opts.LoginShell}
+	init := api.PTYInitFrame{Type: api.PTYInit, Cmd: cmd, Env: env, Rows: opts.Rows, Cols: opts.Cols, LoginShell: opts.LoginShell}
 	if opts.Cwd != "" {
 		init.Cwd = &opts.Cwd
 	}
@@ -236,7 +208,7 @@ func (s *PTYSession) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		chunk := p[:min(len(p), ptyStdinChunk)]
-		if err := s.sendLive(ptyFrame{Type: "stdin", Data: base64.StdEncoding.EncodeToString(chunk)}); err != nil {
+		if err := s.sendLive(api.PTYInputFrame{Type: api.PTYStdin, Data: chunk}); err != nil {
 			return n, err
 		}
 		n += len(chunk)
@@ -247,13 +219,13 @@ func (s *PTYSession) Write(p []byte) (int, error) {
 
 // Resize changes the terminal size.
 func (s *PTYSession) Resize(rows, cols int) error {
-	return s.sendLive(ptyFrame{Type: "resize", Rows: rows, Cols: cols})
+	return s.sendLive(api.PTYInputFrame{Type: api.PTYResize, Rows: rows, Cols: cols})
 }
 
 // Signal sends a signal to the command's process group: TERM, KILL, INT,
 // HUP or QUIT (an unknown name is TERM).
 func (s *PTYSession) Signal(name string) error {
-	return s.sendLive(ptyFrame{Type: "signal", Sig: strings.TrimPrefix(strings.ToUpper(name), "SIG")})
+	return s.sendLive(api.PTYInputFrame{Type: api.PTYSignal, Sig: strings.TrimPrefix(strings.ToUpper(name), "SIG")})
 }
 
 // Wait blocks until the session ends and returns the command's exit code:
@@ -276,7 +248,7 @@ func (s *PTYSession) Close() error {
 		select {
 		case <-s.done:
 		default:
-			if s.send(ptyFrame{Type: "close"}) == nil {
+			if s.send(api.PTYInputFrame{Type: api.PTYClose}) == nil {
 				t := time.NewTimer(ptyCloseGrace)
 				select {
 				case <-s.done:
@@ -306,7 +278,7 @@ func (s *PTYSession) abort(why error) {
 }
 
 // sendLive sends a frame to a session that has not ended.
-func (s *PTYSession) sendLive(f ptyFrame) error {
+func (s *PTYSession) sendLive(f api.PTYInputFrame) error {
 	select {
 	case <-s.done:
 		return faults.Wrap(ErrSessionEnded, faults.CodePTYFailed, faults.Conflict, faults.Client, ErrSessionEnded.Error())
@@ -340,30 +312,29 @@ func (s *PTYSession) read() {
 			s.finish(err)
 			return
 		}
-		var f ptyFrame
+		var f api.PTYOutputFrame
 		if json.Unmarshal(data, &f) != nil {
 			continue // the protocol ignores frames it cannot parse
 		}
 		switch f.Type {
-		case "ready":
+		case api.PTYReady:
 			s.readyOnce.Do(func() { s.pid = f.PID; close(s.ready) })
-		case "stdout":
-			b, err := base64.StdEncoding.DecodeString(f.Data)
-			if err != nil || len(b) == 0 {
+		case api.PTYStdout:
+			if len(f.Data) == 0 {
 				continue
 			}
 			select {
-			case s.out <- b:
+			case s.out <- f.Data:
 			case <-s.stop:
 			}
-		case "exit":
+		case api.PTYExit:
 			s.mu.Lock()
 			s.exited = true
 			if f.Code != nil {
 				s.code = *f.Code
 			}
 			s.mu.Unlock()
-		case "error":
+		case api.PTYError:
 			s.mu.Lock()
 			s.errFrame = f.Message
 			s.mu.Unlock()

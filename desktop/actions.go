@@ -12,7 +12,9 @@ import (
 
 	"github.com/jezek/xgb/xproto"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/ordered"
 )
 
 // Action types of the normalised set (the "type" of an Action).
@@ -601,18 +603,13 @@ func buttonOf(name string) (Button, error) {
 	return 0, fmt.Errorf("button %q: want left, middle, right, back or forward", name)
 }
 
-// Observe asks for an observation after a request's actions.
-type Observe struct {
-	// Screenshot is "png", "jpeg" or "none" (the default).
-	Screenshot string `json:"screenshot,omitempty"`
-	Quality    int    `json:"quality,omitempty"`
-	Width      int    `json:"width,omitempty"`
-	Height     int    `json:"height,omitempty"`
-}
+// Observe asks for an observation after a request's actions
+// (api.Observe: the screenshot, none unless asked for, and its size).
+type Observe = api.Observe
 
 // shotOptions is the screenshot the observation asks for; ok is false
 // for none.
-func (o *Observe) shotOptions() (opts ShotOptions, ok bool) {
+func observeShot(o *Observe) (opts ShotOptions, ok bool) {
 	if o == nil || o.Screenshot == "" || o.Screenshot == "none" {
 		return ShotOptions{}, false
 	}
@@ -620,8 +617,8 @@ func (o *Observe) shotOptions() (opts ShotOptions, ok bool) {
 }
 
 // validate checks the observation's screenshot options.
-func (o *Observe) validate() error {
-	if opts, ok := o.shotOptions(); ok {
+func validateObserve(o *Observe) error {
+	if opts, ok := observeShot(o); ok {
 		if _, err := opts.normalize(); err != nil {
 			return invalid("observe: %v", err)
 		}
@@ -677,7 +674,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		return invalid("request: %v", err)
 	}
 	r.Observe, r.Frame, r.Strict = probe.Observe, probe.Frame, probe.Strict
-	if err := r.Observe.validate(); err != nil {
+	if err := validateObserve(r.Observe); err != nil {
 		return err
 	}
 	act := bytes.TrimSpace(probe.Action)
@@ -751,7 +748,7 @@ func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 	// A malformed observation refuses the request before any action runs,
 	// as a malformed action does: its error answers the whole request, and
 	// the caller must be able to take it that nothing happened.
-	if err := req.Observe.validate(); err != nil {
+	if err := validateObserve(req.Observe); err != nil {
 		return Response{Timing: Timing{TotalMS: msSince(start)}}, err
 	}
 	actions := make([]Action, len(req.Actions))
@@ -768,7 +765,7 @@ func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 	}
 	if err == nil && req.Observe != nil {
 		var obs Observation
-		if opts, ok := req.Observe.shotOptions(); ok {
+		if opts, ok := observeShot(req.Observe); ok {
 			shot, oerr := s.Screenshot(ctx, opts)
 			if oerr != nil {
 				resp.Timing.TotalMS = msSince(start)
@@ -797,8 +794,7 @@ func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 // the session cannot work (the X server is down, the session is closed)
 // or ctx ended.
 func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
-	results := make([]Result, 0, len(actions))
-	for _, a := range actions {
+	return ordered.Run(ctx, actions, func(ctx context.Context, a Action) (Result, error) {
 		start := time.Now()
 		r := Result{Type: a.Type}
 		err := a.validate()
@@ -806,24 +802,14 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 			err = s.run(ctx, a, &r)
 		}
 		r.OK, r.DurationMS = err == nil, msSince(start)
-		if err == nil {
-			results = append(results, r)
-			continue
+		if err != nil {
+			info := faults.Of(err).Info()
+			r.Error = &info
 		}
-		fe := faults.Of(err)
-		info := fe.Info()
-		r.Error = &info
-		results = append(results, r)
-		if serr := s.Err(); serr != nil {
-			return results, serr
-		}
-		if ctx.Err() != nil {
-			return results, fe
-		}
-		s.log.Debug("desktop action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", err)
-		return results, nil
-	}
-	return results, nil
+		return r, err
+	}, s.Err, func(a Action, fe *faults.Error) {
+		s.log.Debug("desktop action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", fe)
+	})
 }
 
 // run performs one validated action.

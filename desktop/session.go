@@ -24,6 +24,7 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/retry"
 )
@@ -102,6 +103,17 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// OptionsOf returns the session options a create request's `desktop`
+// settings ask for; the caller adds a logger.
+func OptionsOf(o api.DesktopOptions) Options {
+	so := Options{Width: o.Width, Height: o.Height, Depth: o.Depth, Apps: o.Apps, WindowManager: o.WindowManager}
+	if o.URL != "" {
+		// An app window (no tabs or address bar) filling the screen.
+		so.ChromiumArgs = []string{"--app=" + o.URL}
+	}
+	return so
+}
+
 func (o Options) withDefaults() (Options, error) {
 	if o.Width == 0 {
 		o.Width = 1280
@@ -112,16 +124,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Depth == 0 {
 		o.Depth = 24
 	}
-	switch {
-	case o.Width < 64 || o.Height < 64 || o.Width > 8192 || o.Height > 8192:
-		return o, fmt.Errorf("screen %dx%d: each side must be 64 to 8192 pixels", o.Width, o.Height)
-	case o.Depth != 24:
-		return o, fmt.Errorf("screen depth %d: only 24 is supported", o.Depth)
-	}
-	for _, a := range o.Apps {
-		if a != AppXterm && a != AppChromium {
-			return o, fmt.Errorf("app %q: want %q or %q", a, AppXterm, AppChromium)
-		}
+	// The bounds are the create request's, which the server checks first.
+	if errs := (&api.DesktopOptions{Width: o.Width, Height: o.Height, Depth: o.Depth, Apps: o.Apps}).Validate(); len(errs) > 0 {
+		e := errs[0]
+		return o, fmt.Errorf("%v %v: %s", e.Loc, e.Input, e.Msg)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -131,8 +137,8 @@ func (o Options) withDefaults() (Options, error) {
 
 // Apps a session can start.
 const (
-	AppXterm    = "xterm"
-	AppChromium = "chromium"
+	AppXterm    = api.AppXterm
+	AppChromium = api.AppChromium
 )
 
 // Fault is a classified failure the session recovered from or ended on
@@ -149,15 +155,13 @@ type Fault struct {
 
 // FaultInfo is the wire form of a Fault: its class and message (no
 // internal cause), when it happened and the restart count.
-type FaultInfo struct {
-	faults.Info
-	At       time.Time `json:"at"`
-	Restarts int       `json:"restarts,omitempty"`
-}
+type FaultInfo = api.SessionFault
 
 // Info returns f's wire form.
 func (f Fault) Info() FaultInfo {
-	return FaultInfo{Info: f.Err.Info(), At: f.At, Restarts: f.Restarts}
+	i := f.Err.Info()
+	return FaultInfo{FaultInfo: api.FaultInfo{Category: string(i.Category), Source: string(i.Source), Code: i.Code,
+		Message: i.Message, Retryable: i.Retryable}, At: f.At, Restarts: f.Restarts}
 }
 
 // maxUnreported bounds the faults kept for the next actions response; a

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
@@ -130,11 +131,7 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 // ValidatePatterns checks an allow-list from a create request.
 func ValidatePatterns(pats []string) error {
 	for _, p := range pats {
-		// Only names and *.domain: the glob characters that matching
-		// would otherwise honour (? [ ] \) are refused, not silently
-		// meant.
-		q := strings.TrimSuffix(strings.TrimPrefix(p, "*."), ".")
-		if q == "" || strings.ContainsAny(q, "*/ :@?[]\\") || strings.Contains(q, "..") {
+		if !api.ValidHostPattern(p) {
 			return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client,
 				"egress.allow: %q is not a host name or *.domain pattern", p)
 		}

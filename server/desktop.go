@@ -1,5 +1,7 @@
 package server
 
+import "github.com/orchard/orchard/api"
+
 // desktopRoutes are the paths of desktop sandboxes (API.md): forwarded to
 // the sandbox's desktop daemon through its agent.
 func (s *Server) desktopRoutes() []route {
@@ -12,10 +14,10 @@ func (s *Server) desktopRoutes() []route {
 				{"width", "integer", "scale down to fit this width", false}, {"height", "integer", "scale down to fit this height", false}},
 			produces: "image/png", handler: s.toAgent("/desktop/screenshot")},
 		{method: "GET", path: "/sandboxes/:id/desktop/cursor", summary: "The pointer's position: x, y in the latest screenshot's pixels (frame, scale), screen_x, screen_y on the screen",
-			response: map[string]any{}, handler: s.toAgent("/desktop/cursor")},
+			response: api.Cursor{}, handler: s.toAgent("/desktop/cursor")},
 		{method: "GET", path: "/sandboxes/:id/desktop/vnc", summary: "Live view: RFB over WebSocket (noVNC), view-only, shared by up to 8 viewers",
 			ws: true, handler: s.toAgent("/desktop/vnc")},
 		{method: "GET", path: "/sandboxes/:id/desktop/status", summary: "The X display, the window manager's state (running, restarting, down, none) and the last desktop fault (an X server or window manager death)",
-			response: map[string]any{}, handler: s.toAgent("/desktop/status")},
+			response: api.DesktopStatus{}, handler: s.toAgent("/desktop/status")},
 	}
 }

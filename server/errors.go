@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -60,7 +61,11 @@ func decodeJSON(body []byte, v any) error {
 	if errors.As(err, &te) {
 		loc := []any{"body"}
 		if te.Field != "" {
-			loc = append(loc, te.Field)
+			// A nested field ("browser.viewport.width") as FastAPI
+			// gives it: one element per level.
+			for _, f := range strings.Split(te.Field, ".") {
+				loc = append(loc, f)
+			}
 		}
 		typ := "type_error"
 		if te.Type != nil {

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -107,6 +109,12 @@ func operationID(method, path string) string {
 	return b.String()
 }
 
+// rawJSON is json.RawMessage: any JSON value, not base64 bytes.
+var rawJSON = reflect.TypeFor[json.RawMessage]()
+
+// timeType is time.Time, which JSON carries as an RFC 3339 string.
+var timeType = reflect.TypeFor[time.Time]()
+
 // schemaOf describes t, registering named structs under components.
 func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 	nullable := false
@@ -115,6 +123,11 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 	}
 	var s map[string]any
 	switch {
+	case t == timeType:
+		s = map[string]any{"type": "string", "format": "date-time"}
+	case t == rawJSON:
+		// Free-form by design; the field's doc says what it holds.
+		s = map[string]any{}
 	case t.Name() == "Command" && t.Kind() == reflect.String:
 		s = map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}
 	case t.Kind() == reflect.Struct:

@@ -13,7 +13,6 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/chromium"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/server/manager"
 	"github.com/orchard/orchard/sitehealth"
@@ -168,7 +167,13 @@ func (s *Server) createSandbox(c *gin.Context) error {
 // uses it for its "sandbox" field, over defaults of its own.
 func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ...any) error {
 	at := func(field ...any) []any { return joinLoc(loc, field...) }
-	has := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	kind := p.Kind
+	if req.Kind != "" {
+		kind = req.Kind
+	}
+	// Every setting is checked here, before any sandbox starts: the
+	// daemons in the sandbox decode the same types and would otherwise be
+	// the first to see a bad one.
 	var c checks
 	lim := s.mgr.Limits()
 	c.cpu(req.CPU, lim, at("cpu"))
@@ -176,17 +181,29 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 	c.nonNegative(req.Timeout, at("timeout"))
 	c.nonNegative(req.TTLSeconds, at("ttl_seconds"))
 	c.env(req.Env, at("env"))
-	if has(req.Browser) {
-		c.browserTimeouts(req.Browser, at("browser"))
+	if req.Browser != nil {
+		if kind != api.KindBrowser {
+			c.add(faults.CodeValidation, faults.FieldError{Type: "value_error", Loc: at("browser"),
+				Msg: "browser settings need kind \"browser\"", Input: req.Browser})
+		}
+		c.fields(at("browser"), req.Browser.Validate())
+	}
+	if req.Desktop != nil {
+		if kind != api.KindDesktop {
+			c.add(faults.CodeValidation, faults.FieldError{Type: "value_error", Loc: at("desktop"),
+				Msg: "desktop settings need kind \"desktop\"", Input: req.Desktop})
+		}
+		c.fields(at("desktop"), req.Desktop.Validate())
+	}
+	if req.Egress != nil {
+		c.fields(at("egress"), req.Egress.Validate())
 	}
 	if err := c.err(); err != nil {
 		return err
 	}
+	p.Kind = kind
 	if req.Image != "" {
 		p.Image = req.Image
-	}
-	if req.Kind != "" {
-		p.Kind = req.Kind
 	}
 	if req.Env != nil {
 		p.Env = req.Env
@@ -194,26 +211,11 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 	if req.Labels != nil {
 		p.Labels = req.Labels
 	}
-	if has(req.Browser) {
-		if p.Kind != api.KindBrowser {
-			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("browser"),
-				Msg: "browser settings need kind \"browser\"", Input: jsonInput(req.Browser)})
-		}
-		var bs struct {
-			Engine string `json:"engine"`
-		}
-		if json.Unmarshal(req.Browser, &bs) == nil && !chromium.ValidEngine(bs.Engine) {
-			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("browser", "engine"),
-				Msg: "browser.engine must be \"chromium\" or \"headless-shell\" (or absent)", Input: bs.Engine})
-		}
-		p.KindOptions = req.Browser
+	if req.Browser != nil {
+		p.KindOptions, _ = json.Marshal(req.Browser)
 	}
-	if has(req.Desktop) {
-		if p.Kind != api.KindDesktop {
-			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("desktop"),
-				Msg: "desktop settings need kind \"desktop\"", Input: jsonInput(req.Desktop)})
-		}
-		p.KindOptions = req.Desktop
+	if req.Desktop != nil {
+		p.KindOptions, _ = json.Marshal(req.Desktop)
 	}
 	if req.BlockNetwork != nil {
 		p.BlockNetwork = *req.BlockNetwork
@@ -223,28 +225,15 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 			return err
 		}
 		p.EgressAllow = req.Egress.Allow
-		switch req.Egress.Mode {
-		case "", runtime.NetworkProxy:
-		case runtime.NetworkFull:
-			if len(req.Egress.Allow) > 0 {
-				return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("egress", "allow"),
-					Msg: "egress.allow needs mode \"proxy\": full-network mode cannot filter by host name", Input: req.Egress.Allow})
-			}
+		if req.Egress.Mode == api.EgressFull {
 			p.NetworkMode = runtime.NetworkFull
-		default:
-			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("egress", "mode"),
-				Msg: "egress.mode must be \"proxy\" or \"full\"", Input: req.Egress.Mode})
 		}
 	}
-	if has(req.Faults) {
-		var plan faults.Plan
-		if err := json.Unmarshal(req.Faults, &plan); err != nil {
-			return faults.Wrap(err, faults.CodeFaultPlanInvalid, faults.InvalidRequest, faults.Client, "faults: "+err.Error())
-		}
-		if err := plan.Validate(); err != nil {
+	if req.Faults != nil {
+		if err := req.Faults.Validate(); err != nil {
 			return err
 		}
-		p.Faults, _ = json.Marshal(plan)
+		p.Faults, _ = json.Marshal(req.Faults)
 	}
 	if req.SandboxID != nil {
 		p.ID = *req.SandboxID

@@ -199,6 +199,11 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	if len(paths) < 15 {
 		t.Errorf("only %d paths documented", len(paths))
 	}
+	// No request or response is an object of unknown shape, but where
+	// it is free-form by design (freeForm says why).
+	for _, where := range untypedSchemas(r.body) {
+		t.Errorf("%s: untyped schema", where)
+	}
 }
 
 // createReady creates a sandbox the way the SDK does (POST then /wait).

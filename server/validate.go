@@ -1,11 +1,11 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/server/manager"
 )
@@ -120,34 +120,10 @@ func (c *checks) memory(v *string, lim manager.Limits, loc []any) {
 	}
 }
 
-// browserTimeouts checks the millisecond settings of a create's `browser`
-// object, which the browser daemon reads with 0 as its default.
-func (c *checks) browserTimeouts(raw json.RawMessage, loc []any) {
-	var b struct {
-		CallTimeoutMS       *int `json:"call_timeout_ms"`
-		NavigationTimeoutMS *int `json:"navigation_timeout_ms"`
-		SettleTimeoutMS     *int `json:"settle_timeout_ms"`
-		SettleQuietMS       *int `json:"settle_quiet_ms"`
-		SettleIdleMS        *int `json:"settle_idle_ms"`
-		NavigationRetry     *struct {
-			Attempts  *int `json:"attempts"`
-			InitialMS *int `json:"initial_ms"`
-			MaxMS     *int `json:"max_ms"`
-			BudgetMS  *int `json:"budget_ms"`
-		} `json:"navigation_retry"`
-	}
-	if json.Unmarshal(raw, &b) != nil {
-		return // the browser daemon reports what does not decode
-	}
-	c.nonNegative(b.CallTimeoutMS, joinLoc(loc, "call_timeout_ms"))
-	c.nonNegative(b.NavigationTimeoutMS, joinLoc(loc, "navigation_timeout_ms"))
-	c.nonNegative(b.SettleTimeoutMS, joinLoc(loc, "settle_timeout_ms"))
-	c.nonNegative(b.SettleQuietMS, joinLoc(loc, "settle_quiet_ms"))
-	c.nonNegative(b.SettleIdleMS, joinLoc(loc, "settle_idle_ms"))
-	if r := b.NavigationRetry; r != nil {
-		c.nonNegative(r.Attempts, joinLoc(loc, "navigation_retry", "attempts"))
-		c.nonNegative(r.InitialMS, joinLoc(loc, "navigation_retry", "initial_ms"))
-		c.nonNegative(r.MaxMS, joinLoc(loc, "navigation_retry", "max_ms"))
-		c.nonNegative(r.BudgetMS, joinLoc(loc, "navigation_retry", "budget_ms"))
+// fields adds the invalid fields an api type found in itself; loc is
+// where that object is in the request.
+func (c *checks) fields(loc []any, errs []api.FieldError) {
+	for _, e := range errs {
+		c.add(faults.CodeValidation, faults.FieldError{Type: e.Type, Loc: joinLoc(loc, e.Loc...), Msg: e.Msg, Input: e.Input, Ctx: e.Ctx})
 	}
 }
