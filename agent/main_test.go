@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,7 +38,11 @@ type testAgent struct {
 // edit adjusts the config first.
 func startAgent(t testing.TB, edit func(*Config)) *testAgent {
 	t.Helper()
-	cfg := Config{Root: t.TempDir(), Env: os.Environ(), Logger: testLogger}
+	// Commands get a HOME of their own: a login shell would otherwise run
+	// the host user's dotfiles (pyenv's rehash among them, which fails
+	// when parallel tests run it at once).
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "HOME=") })
+	cfg := Config{Root: t.TempDir(), Env: append(env, "HOME="+t.TempDir()), Logger: testLogger}
 	if edit != nil {
 		edit(&cfg)
 	}
