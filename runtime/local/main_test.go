@@ -188,6 +188,8 @@ func procsInCgroup(path string) []string {
 	return out
 }
 
+// mountsUnder lists the mounts at dir and below it; only below it when dir
+// ends in a slash.
 func mountsUnder(dir string) string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -198,7 +200,7 @@ func mountsUnder(dir string) string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], strings.TrimSuffix(dir, "/")+"/")) {
 			b.WriteString(sc.Text() + "\n")
 		}
 	}
