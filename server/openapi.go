@@ -98,7 +98,8 @@ func operationID(method, path string) string {
 	return b.String()
 }
 
-// schemaOf describes t, registering named structs under components.
+// schemaOf describes t, registering named structs under components. A
+// struct field's `doc` tag is its description.
 func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 	nullable := false
 	for t.Kind() == reflect.Pointer {
@@ -125,7 +126,14 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 				if tag == "" {
 					tag = f.Name
 				}
-				props[tag] = schemaOf(f.Type, schemas)
+				fs := schemaOf(f.Type, schemas)
+				if doc := f.Tag.Get("doc"); doc != "" {
+					if _, ref := fs["$ref"]; ref { // a $ref takes no siblings
+						fs = map[string]any{"allOf": []any{fs}}
+					}
+					fs["description"] = doc
+				}
+				props[tag] = fs
 			}
 			schemas[name] = map[string]any{"type": "object", "properties": props}
 		}

@@ -105,6 +105,7 @@ func (s *Server) sandboxJSON(r store.Sandbox) api.Sandbox {
 		BlockNetwork: r.BlockNetwork, CPU: r.CPU, Memory: r.Memory, CreatedAt: r.CreatedAt,
 		Ready: r.Ready, Status: r.Status, StatusMessage: r.StatusMessage, Kind: r.Kind,
 		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: &exp, Fault: r.Fault,
+		EphemeralStorage: r.EphemeralStorage,
 	}
 }
 
@@ -152,6 +153,7 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	c.JSON(http.StatusOK, api.CreateSandboxResponse{
 		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
 		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
+		EphemeralStorage: rec.EphemeralStorage,
 	})
 	return nil
 }
@@ -234,6 +236,14 @@ func sandboxParams(p *manager.CreateParams, req api.CreateSandboxRequest, loc ..
 	}
 	if req.Memory != nil {
 		p.Memory = *req.Memory
+	}
+	if req.EphemeralStorage != nil {
+		// "" takes the default, as for cpu and memory.
+		if _, err := manager.ParseEphemeralStorage(*req.EphemeralStorage); err != nil && *req.EphemeralStorage != "" {
+			return errValidation(validationItem{Type: "value_error", Loc: at("ephemeral_storage"),
+				Msg: "ephemeral_storage: " + err.Error(), Input: *req.EphemeralStorage})
+		}
+		p.EphemeralStorage = *req.EphemeralStorage
 	}
 	if req.Timeout != nil {
 		p.Timeout = *req.Timeout

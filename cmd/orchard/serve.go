@@ -56,6 +56,8 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address (env ORCHARD_ADDR, or HOST and PORT)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: sandboxes, image cache, API key (env ORCHARD_STATE_DIR)")
 	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory, or redis for several replicas (env ORCHARD_STORE, USE_REDIS; REDIS_URL)")
+	f.StringVar(&cfg.Manager.DefaultEphemeralStorage, "default-ephemeral-storage", cfg.Manager.DefaultEphemeralStorage,
+		"what a sandbox that names no ephemeral_storage may write to its filesystem, on the host's disk (env DEFAULT_EPHEMERAL_STORAGE)")
 	return cmd
 }
 
