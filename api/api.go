@@ -53,6 +53,9 @@ type CreateSandboxRequest struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	TTLSeconds *int              `json:"ttl_seconds,omitempty" openapi:"minimum=0" doc:"hard cap on the sandbox's age, seconds; 0 or absent: SANDBOX_TTL_HOURS"`
+	// EphemeralStorage caps what the sandbox writes to its filesystem; its
+	// doc tag is its description in the OpenAPI document.
+	EphemeralStorage *string `json:"ephemeral_storage,omitempty" doc:"Kubernetes quantity (\"10Gi\") capping what the sandbox writes to its filesystem, kept on the host's disk, not in memory; writes beyond it fail with ENOSPC (No space left on device). At least 16Mi, at most the host disk's free space; absent: the server's default (DEFAULT_EPHEMERAL_STORAGE, 10Gi)"`
 	// Egress limits a network-enabled sandbox to some hosts.
 	Egress *Egress `json:"egress,omitempty"`
 	// Faults is a fault plan ({"faults": [...]}) injected into the
@@ -84,6 +87,8 @@ type CreateSandboxResponse struct {
 	Timeout      int    `json:"timeout"`
 	Status       string `json:"status"`
 	Kind         string `json:"kind"`
+	// EphemeralStorage is the sandbox's limit on what it writes.
+	EphemeralStorage string `json:"ephemeral_storage,omitempty"`
 }
 
 // Sandbox is the body of GET /sandboxes/{id} and /wait.
@@ -105,6 +110,8 @@ type Sandbox struct {
 	ExpiresAt     *float64          `json:"expires_at"`
 	// Fault classifies why a failed sandbox failed (create error, death).
 	Fault *FaultInfo `json:"fault,omitempty"`
+	// EphemeralStorage is the sandbox's limit on what it writes.
+	EphemeralStorage string `json:"ephemeral_storage,omitempty"`
 }
 
 // SandboxList is the body of GET /sandboxes.

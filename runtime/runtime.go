@@ -19,6 +19,12 @@ type Spec struct {
 	BlockNetwork bool
 	Env          map[string]string // added to the agent's environment (and so every exec's)
 	Labels       map[string]string
+
+	// EphemeralStorageBytes caps what the sandbox can write to its root
+	// filesystem (its writable layer): a write beyond it fails with ENOSPC.
+	// 0 = the backend's default.
+	EphemeralStorageBytes int64 `json:",omitempty"`
+
 	// The quantities as the user wrote them and the idle lifetime: kept by
 	// the runtime with the sandbox so a restarted server can rebuild its record.
 	// KindOptions are the kind's settings as JSON (the `browser` object of
@@ -27,6 +33,8 @@ type Spec struct {
 	CPUQuantity    string `json:",omitempty"`
 	MemoryQuantity string `json:",omitempty"`
 	TTLSeconds     int    `json:",omitempty"`
+	// EphemeralStorageQuantity is EphemeralStorageBytes as the user wrote it.
+	EphemeralStorageQuantity string `json:",omitempty"`
 	// EgressAllow is the host allow-list of a network-enabled sandbox
 	// (empty: every public host). The server enforces it when it dials.
 	EgressAllow []string `json:",omitempty"`
@@ -86,6 +94,16 @@ type OOMCounter interface {
 // a sandbox that fails to start.
 type ImageChecker interface {
 	CheckImage(ref string) error
+}
+
+// MinEphemeralStorageBytes is the smallest writable layer every backend
+// accepts: a filesystem and the few files a sandbox's start writes fit.
+const MinEphemeralStorageBytes = 16 << 20
+
+// StorageCapacity is an optional ability: the largest writable layer
+// (Spec.EphemeralStorageBytes) the backend can give a sandbox now.
+type StorageCapacity interface {
+	MaxEphemeralStorage() (int64, error)
 }
 
 // Closer is an optional ability: release backend resources at shutdown

@@ -18,8 +18,10 @@ cd "$(dirname "$0")/.."
 # engine without the browser's UI, ≈40 % less memory per sandbox)
 # and fonts-dejavu-core (a font for the pages it renders in screenshots);
 # nodejs runs Playwright against the DevTools proxy in the server's tests;
-# python3 runs the Python client's suite (sdk/python) against a server.
-PACKAGES=(git gcc python3 libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs)
+# python3 runs the Python client's suite (sdk/python) against a server;
+# e2fsprogs (mkfs.ext4) formats the filesystems that hold sandboxes'
+# writable layers on disk.
+PACKAGES=(git gcc python3 libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs e2fsprogs)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi

@@ -91,7 +91,7 @@ func TestForkBombContained(t *testing.T) {
 func TestRestartReattaches(t *testing.T) {
 	dir := testserver.StateDir(t)
 	first := testserver.Start(t, testserver.Options{StateDir: dir})
-	id := createReady(t, first, nil)
+	id := createReady(t, first, map[string]any{"ephemeral_storage": "1Gi"})
 	execWait(t, first, id, map[string]any{"command": "echo kept > /workspace/state"})
 	r := call(t, first, "POST", "/sandboxes/"+id+"/exec", map[string]any{"command": "sleep 60"})
 	want(t, r, 200)
@@ -100,7 +100,7 @@ func TestRestartReattaches(t *testing.T) {
 	second := testserver.Start(t, testserver.Options{StateDir: dir})
 	g := call(t, second, "GET", "/sandboxes/"+id, nil)
 	want(t, g, 200)
-	if g.body["status"] != "ready" {
+	if g.body["status"] != "ready" || g.body["ephemeral_storage"] != "1Gi" {
 		t.Fatalf("after restart: %s", g.raw)
 	}
 	if j := execWait(t, second, id, map[string]any{"command": "cat /workspace/state"}); j.Stdout != "kept\n" {

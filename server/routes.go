@@ -111,6 +111,7 @@ func (s *Server) sandboxJSON(r store.Sandbox) api.Sandbox {
 		BlockNetwork: r.BlockNetwork, CPU: r.CPU, Memory: r.Memory, CreatedAt: r.CreatedAt,
 		Ready: r.Ready, Status: r.Status, StatusMessage: r.StatusMessage, Kind: r.Kind,
 		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: &exp, Fault: r.Fault,
+		EphemeralStorage: r.EphemeralStorage,
 	}
 }
 
@@ -158,6 +159,7 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	c.JSON(http.StatusOK, api.CreateSandboxResponse{
 		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
 		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
+		EphemeralStorage: rec.EphemeralStorage,
 	})
 	return nil
 }
@@ -243,6 +245,14 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 	}
 	if req.Memory != nil {
 		p.Memory = *req.Memory
+	}
+	if req.EphemeralStorage != nil {
+		// "" takes the default, as for cpu and memory.
+		if _, err := manager.ParseEphemeralStorage(*req.EphemeralStorage); err != nil && *req.EphemeralStorage != "" {
+			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("ephemeral_storage"),
+				Msg: "ephemeral_storage: " + err.Error(), Input: *req.EphemeralStorage})
+		}
+		p.EphemeralStorage = *req.EphemeralStorage
 	}
 	if req.Timeout != nil {
 		p.Timeout = *req.Timeout

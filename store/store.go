@@ -35,6 +35,8 @@ type Sandbox struct {
 	AgentAddr       string            `json:"agent_addr,omitempty"`
 	// Fault classifies a failed sandbox.
 	Fault *api.FaultInfo `json:"fault,omitempty"`
+	// EphemeralStorage is the limit on what the sandbox writes, a quantity.
+	EphemeralStorage string `json:"ephemeral_storage,omitempty"`
 }
 
 // Clone returns a deep copy.

@@ -177,6 +177,9 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	str("SANDBOX_NAMESPACE", &m.Namespace)
 	str("DEFAULT_CPU", &m.DefaultCPU)
 	str("DEFAULT_MEMORY", &m.DefaultMemory)
+	if !flagSet("default-ephemeral-storage") {
+		str("DEFAULT_EPHEMERAL_STORAGE", &m.DefaultEphemeralStorage)
+	}
 	str("DEFAULT_WORKING_DIR", &m.WorkingDir)
 	str("ORCHARD_DEFAULT_IMAGE", &m.DefaultImage)
 	num("DEFAULT_TIMEOUT_SECONDS", func(f float64) { m.DefaultTimeoutSeconds = int(f) })
@@ -216,7 +219,7 @@ func defaultConfig(getenv func(string) string) Config {
 		LogFormat:       "text",
 		ShutdownTimeout: 10 * time.Second,
 		Server:          server.Config{RequireAPIKey: true},
-		Manager:         manager.Config{HeartbeatCleanupEnabled: true},
+		Manager:         manager.Config{HeartbeatCleanupEnabled: true, DefaultEphemeralStorage: "10Gi"},
 	}
 }
 
@@ -233,6 +236,9 @@ func (c *Config) validate() error {
 	}
 	if c.StateDir == "" {
 		return fmt.Errorf("state directory is empty")
+	}
+	if _, err := manager.ParseEphemeralStorage(c.Manager.DefaultEphemeralStorage); err != nil {
+		return fmt.Errorf("default ephemeral storage (DEFAULT_EPHEMERAL_STORAGE): %w", err)
 	}
 	for _, k := range c.Server.APIKeys {
 		if strings.ContainsAny(k, "?&#% ") {

@@ -58,6 +58,8 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory, or redis for several replicas (env ORCHARD_STORE, USE_REDIS; REDIS_URL)")
 	f.StringArrayVar(&cfg.ImageDirs, "image-dir", nil, "directory whose archives and layouts docker-archive: and oci-layout: images may name; repeat for more (env ORCHARD_IMAGE_DIRS, ':'-separated; none by default)")
 	f.StringArrayVar(&cfg.HostExpose, "host-expose", nil, "host path that \"host\" sandboxes see read-only although a mask hides it; repeat for more (env ORCHARD_HOST_EXPOSE, ':'-separated)")
+	f.StringVar(&cfg.Manager.DefaultEphemeralStorage, "default-ephemeral-storage", cfg.Manager.DefaultEphemeralStorage,
+		"what a sandbox that names no ephemeral_storage may write to its filesystem, on the host's disk (env DEFAULT_EPHEMERAL_STORAGE)")
 	return cmd
 }
 

@@ -41,19 +41,43 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 		return runtime.Instance{}, faults.Wrap(context.Cause(ctx), faults.CodeTimeout, faults.Timeout, faults.Platform,
 			fmt.Sprintf("create sandbox %s: deadline passed before the container started", id))
 	}
+	storage, err := l.storageBytes(spec)
+	if err != nil {
+		return runtime.Instance{}, err
+	}
 
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
 	}
-	// One tmpfs per sandbox holds the writable layer and the overlay's
-	// work dir: overlayfs refuses an upper on the lower's filesystem (the
-	// host root), and the tmpfs's memory is freed with its last mount.
+	// The record first: it names the disk, so that teardown finds the disk
+	// whatever step a create failed at, and a sandbox directory exists for
+	// as long as its disk does (disks.strays relies on it).
+	m := meta{ID: id, Image: spec.Image, CreatedAt: time.Now().UTC(), AgentAddr: "unix:" + l.sockPath(id), Spec: spec}
+	if l.onDisk {
+		m.Disk = diskName(id)
+	}
+	if err := writeMeta(s.dir, m); err != nil {
+		return runtime.Instance{}, createFailed(id, "write sandbox metadata", err)
+	}
+	s.mu.Lock()
+	s.meta = m
+	s.mu.Unlock()
+	// One filesystem per sandbox holds the writable layer and the
+	// overlay's work dir: overlayfs refuses an upper on the lower's
+	// filesystem (the host root), and its size is the sandbox's limit.
 	fsDir := filepath.Join(s.dir, sandboxFS)
 	if err := os.Mkdir(fsDir, 0o700); err != nil {
 		return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
 	}
-	if err := unix.Mount("tmpfs", fsDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("mode=0700,size=%d", l.cfg.WritableBytes)); err != nil {
+	if l.onDisk {
+		if err := l.disks.mount(ctx, m.Disk, storage, fsDir); err != nil {
+			return runtime.Instance{}, classifyStart(id, "mount sandbox disk", err)
+		}
+		if err := os.Chmod(fsDir, 0o700); err != nil {
+			return runtime.Instance{}, createFailed(id, "mount sandbox disk", err)
+		}
+	} else if err := unix.Mount("tmpfs", fsDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("mode=0700,size=%d", storage)); err != nil {
 		return runtime.Instance{}, createFailed(id, "mount sandbox tmpfs", err)
 	}
 	upper, work := filepath.Join(fsDir, "upper"), filepath.Join(fsDir, "work")
@@ -63,13 +87,6 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 			return runtime.Instance{}, createFailed(id, "make sandbox directory", err)
 		}
 	}
-	m := meta{ID: id, Image: spec.Image, CreatedAt: time.Now().UTC(), AgentAddr: "unix:" + l.sockPath(id), Spec: spec}
-	if err := writeMeta(s.dir, m); err != nil {
-		return runtime.Instance{}, createFailed(id, "write sandbox metadata", err)
-	}
-	s.mu.Lock()
-	s.meta = m
-	s.mu.Unlock()
 
 	workdir := workspace
 	if img.host {
@@ -193,8 +210,9 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	// The container holds its own copy of its mounts now. Detaching the
 	// server's copy keeps the server's mount namespace from growing with
 	// every live sandbox: each create copies that namespace, so without
-	// this a create costs more the more sandboxes there are. The tmpfs
-	// lives on in the container and is freed when its last process exits.
+	// this a create costs more the more sandboxes there are. The sandbox's
+	// filesystem lives on in the container and is unmounted when its last
+	// process exits, which detaches its loop device.
 	if err := unix.Unmount(fsDir, unix.MNT_DETACH); err != nil {
 		l.log.Warn("detach sandbox mounts from the server", "sandbox_id", id, "err", err)
 	} else {
@@ -208,6 +226,31 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	s.attached = true
 	s.mu.Unlock()
 	return runtime.Instance{ID: id, AgentAddr: m.AgentAddr, Image: spec.Image, CreatedAt: m.CreatedAt, Alive: true, Spec: spec}, nil
+}
+
+// storageBytes is the size of spec's writable layer: its limit, or the
+// default, in whole blocks.
+func (l *Local) storageBytes(spec runtime.Spec) (int64, error) {
+	size := spec.EphemeralStorageBytes
+	if size == 0 {
+		size = l.cfg.WritableBytes
+	}
+	if size < runtime.MinEphemeralStorageBytes {
+		return 0, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client,
+			"create sandbox %s: ephemeral storage of %d bytes is below the minimum of %d MiB", spec.ID, size, runtime.MinEphemeralStorageBytes>>20)
+	}
+	size -= size % diskBlockSize
+	if !l.onDisk {
+		return size, nil
+	}
+	// Disks are sparse: a sandbox takes host disk as it writes. One that is
+	// promised more than is free now would find the host's disk full
+	// before its own.
+	if free, err := l.disks.free(); err == nil && size > free {
+		return 0, faults.Newf(faults.CodeCapacity, faults.Capacity, faults.Platform,
+			"create sandbox %s: ephemeral storage of %d MiB is more than the %d MiB free on the host's disk", spec.ID, size>>20, free>>20)
+	}
+	return size, nil
 }
 
 func createFailed(id, what string, err error) error {

@@ -5,7 +5,8 @@
 // (when built with the "seccomp" tag). Each sandbox's root is an overlay:
 // the host's root with host-private folders masked (image "host"),
 // or the cached layers of an OCI image, under a private writable layer on a
-// per-sandbox tmpfs. The agent binary is bind-mounted read-only and runs as
+// per-sandbox filesystem on disk, as large as the sandbox's ephemeral
+// storage limit (disk.go). The agent binary is bind-mounted read-only and runs as
 // the container's init; the server reaches it over a host unix
 // socket whose listening descriptor the agent inherits (the path itself
 // stays outside the sandbox).
@@ -31,6 +32,7 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
 	// Required by libcontainer to enter namespaces in the re-executed init.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 
@@ -39,10 +41,11 @@ import (
 )
 
 var (
-	_ runtime.Runtime      = (*Local)(nil)
-	_ runtime.OOMCounter   = (*Local)(nil)
-	_ runtime.Closer       = (*Local)(nil)
-	_ runtime.ImageChecker = (*Local)(nil)
+	_ runtime.Runtime         = (*Local)(nil)
+	_ runtime.OOMCounter      = (*Local)(nil)
+	_ runtime.Closer          = (*Local)(nil)
+	_ runtime.ImageChecker    = (*Local)(nil)
+	_ runtime.StorageCapacity = (*Local)(nil)
 )
 
 // ImageHost is the default image: the host's root, read-only, under a
@@ -58,7 +61,8 @@ const (
 // Config configures a Local runtime.
 type Config struct {
 	// StateDir holds all state: libcontainer's root (containers/), one
-	// directory per sandbox (sandboxes/<id>/) and the image cache (images/).
+	// directory per sandbox (sandboxes/<id>/), the sandboxes' writable
+	// layers (disks/) and the image cache (images/).
 	// containers/ and sandboxes/ are tmpfs mounts while they hold
 	// sandboxes (see runState).
 	// Keep it short: the agent's socket path (StateDir/sandboxes/<id>/run/
@@ -79,9 +83,13 @@ type Config struct {
 	CgroupParent string
 	// DefaultPidsLimit applies when a Spec sets no PidsLimit. Default 1024.
 	DefaultPidsLimit int64
-	// WritableBytes caps each sandbox's writable layer (a tmpfs, so its
-	// pages are also charged to the sandbox's memory cgroup). Default 8 GiB.
+	// WritableBytes caps the writable layer of a sandbox whose Spec sets
+	// no EphemeralStorageBytes. Default 10 GiB.
 	WritableBytes int64
+	// WritableInMemory keeps writable layers on a tmpfs per sandbox, whose
+	// pages count against the sandbox's memory limit, instead of on disk.
+	// Also what a host that cannot loop-mount ext4 gets.
+	WritableInMemory bool
 	// HostMasks lists extra host paths hidden from "host" sandboxes, on top
 	// of the built-in ones (/tmp, /root, /home, /var/lib, /var/log, /work,
 	// StateDir, ...).
@@ -134,7 +142,7 @@ func (c *Config) validate() error {
 		c.DefaultPidsLimit = 1024
 	}
 	if c.WritableBytes == 0 {
-		c.WritableBytes = 8 << 30
+		c.WritableBytes = 10 << 30
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -198,6 +206,10 @@ type Local struct {
 	// CAP_SYS_RESOURCE, which some hosts' root lacks).
 	protectAgent bool
 	nofile       uint64 // RLIMIT_NOFILE of sandbox processes
+	// disks holds the sandboxes' writable layers when onDisk; otherwise
+	// only what an earlier process left there (disk.go).
+	disks  *disks
+	onDisk bool
 	// fullNet gives full-network sandboxes their veths and host rules.
 	fullNet *fullNet
 	// masks is the detached mount that hides hostMasks, stacked over the
@@ -293,6 +305,16 @@ func New(cfg Config) (*Local, error) {
 	if l.images, err = newImageStore(filepath.Join(cfg.StateDir, "images"), cfg.ImageDirs, l.log); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
+	if l.disks, err = newDisks(filepath.Join(cfg.StateDir, "disks"), l.log); err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	if !cfg.WritableInMemory {
+		if err := l.disks.usable(); err != nil {
+			l.log.Warn("sandboxes' writable layers are kept in memory, counted against their memory limits", "err", err)
+		} else {
+			l.onDisk = true
+		}
+	}
 	if cfg.InitPath != "" {
 		if l.init, err = sealInit(cfg.InitPath); err != nil {
 			return nil, fmt.Errorf("local runtime: container init %s: %w", cfg.InitPath, err)
@@ -313,6 +335,7 @@ func New(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	l.reapStrays(context.Background())
+	l.disks.strays(l.recorded)
 	return l, nil
 }
 
@@ -374,12 +397,16 @@ type meta struct {
 	// Spec is the spec the sandbox was created with, so that a restarted
 	// server can rebuild its record.
 	Spec runtime.Spec `json:"spec"`
+	// Disk is the file name of the sandbox's writable layer in disks/;
+	// empty when the layer is a tmpfs.
+	Disk string `json:"disk,omitempty"`
 }
 
 const metaFile = "sandbox.json"
 
-// sandboxFS is the per-sandbox tmpfs (writable layer, overlay work dir and
-// the root overlay's mountpoint) inside the sandbox's directory.
+// sandboxFS is where the sandbox's own filesystem is mounted in its
+// directory: its disk (or tmpfs), holding the writable layer, the overlay's
+// work dir and the root overlay's mountpoint.
 const sandboxFS = "fs"
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -584,6 +611,20 @@ func (l *Local) List(ctx context.Context) ([]runtime.Instance, error) {
 	}
 	slices.SortFunc(out, func(a, b runtime.Instance) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// MaxEphemeralStorage is the largest writable layer a sandbox can get now:
+// the space free for the disks (or, when layers are kept in memory, the
+// host's memory).
+func (l *Local) MaxEphemeralStorage() (int64, error) {
+	if !l.onDisk {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return 0, err
+		}
+		return int64(si.Totalram) * int64(si.Unit), nil
+	}
+	return l.disks.free()
 }
 
 // OOMKills returns how many processes the kernel's OOM killer has killed

@@ -155,6 +155,28 @@ func checkGone(t testing.TB, l *Local, id string) {
 			t.Errorf("%s left (%v)", p, err)
 		}
 	}
+	if f := diskFiles(l, id); len(f) > 0 {
+		t.Errorf("disk files left: %v", f)
+	}
+	// A loop device detaches once the last mount of its filesystem, in
+	// the sandbox's mount namespace, is gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var left []loopDevice
+		for _, d := range loopDevices(l.disks.dir) {
+			if got, _ := diskID(filepath.Base(d.backing)); got == id {
+				left = append(left, d)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("loop devices left: %+v\n%s", left, loopHolders(left))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // cgroupDirs lists where cgroup path would live in every mounted hierarchy.
@@ -188,6 +210,8 @@ func procsInCgroup(path string) []string {
 	return out
 }
 
+// mountsUnder lists the mounts at dir and below it; only below it when dir
+// ends in a slash.
 func mountsUnder(dir string) string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -198,7 +222,7 @@ func mountsUnder(dir string) string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], strings.TrimSuffix(dir, "/")+"/")) {
 			b.WriteString(sc.Text() + "\n")
 		}
 	}
@@ -224,4 +248,49 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// loopHolders lists the threads whose mount namespaces still mount a
+// filesystem of the loop devices, and the threads of this process that
+// are in a mount namespace of their own: a sandbox's, whose root overlay
+// keeps the sandbox's disk (see mainthread.go).
+func loopHolders(loops []loopDevice) string {
+	var b strings.Builder
+	// This thread's: /proc/self is the main thread, which may be the one
+	// that joined a sandbox's.
+	self, _ := os.Readlink("/proc/thread-self/ns/mnt")
+	tasks, _ := filepath.Glob("/proc/self/task/[0-9]*")
+	for _, task := range tasks {
+		if ns, _ := os.Readlink(filepath.Join(task, "ns/mnt")); ns != "" && ns != self {
+			fmt.Fprintf(&b, "thread %s of this process is in mount namespace %s\n", filepath.Base(task), ns)
+		}
+	}
+	files, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/mountinfo")
+	for _, l := range loops {
+		dev, err := os.ReadFile("/sys/block/" + filepath.Base(l.dev) + "/dev")
+		if err != nil {
+			continue
+		}
+		majmin := strings.TrimSpace(string(dev))
+		seen := map[string]bool{}
+		for _, f := range files {
+			mi, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(mi), "\n") {
+				if fields := strings.Fields(line); len(fields) > 4 && fields[2] == majmin {
+					task := filepath.Dir(f)
+					ns, _ := os.Readlink(filepath.Join(task, "ns/mnt"))
+					if !seen[ns] {
+						seen[ns] = true
+						comm, _ := os.ReadFile(filepath.Join(task, "comm"))
+						fmt.Fprintf(&b, "%s mounted at %s in %s of %s (%s)\n", l.dev, fields[4], ns, task, strings.TrimSpace(string(comm)))
+					}
+					break
+				}
+			}
+		}
+	}
+	return b.String()
 }

@@ -70,4 +70,12 @@ func TestStraysOfAWipedStateDirectoryRemoved(t *testing.T) {
 	if list, err := l2.List(context.Background()); err != nil || len(list) != 0 {
 		t.Errorf("List after the wipe = %+v, %v; want none", list, err)
 	}
+	// Their disks too: the files, and the loop devices, which detach as
+	// the sandboxes' mount namespaces end.
+	for _, id := range ids {
+		if f := diskFiles(l2, id); len(f) > 0 {
+			t.Errorf("disk files left: %v", f)
+		}
+	}
+	waitLoopsGone(t, l2)
 }

@@ -101,10 +101,36 @@ func (l *Local) teardown(ctx context.Context, s *sandbox) error {
 	// files on whatever is still mounted.
 	if mounted(rootfs) || mounted(fsDir) {
 		errs = append(errs, fmt.Errorf("sandbox %s still has mounts after unmount", s.id))
+	} else if err := l.removeDisk(s); err != nil {
+		// The directory stays, so that a later Delete finds the sandbox.
+		errs = append(errs, err)
 	} else if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// removeDisk deletes the file of the sandbox's writable layer, if a create
+// that failed before mounting it left one. Its loop device has detached
+// already, or does once the last mount of its filesystem, in the sandbox's
+// dying mount namespace, is gone; the kernel then frees the file.
+func (l *Local) removeDisk(s *sandbox) error {
+	s.mu.Lock()
+	name := s.meta.Disk
+	s.mu.Unlock()
+	if name == "" {
+		m, err := readMeta(s.dir)
+		if err != nil {
+			// No record (a create that failed before writing it, a
+			// stray, a lost file): whatever disk this id has.
+			return l.disks.removeAll(s.id)
+		}
+		name = m.Disk
+	}
+	if name == "" {
+		return nil // a tmpfs
+	}
+	return l.disks.remove(name)
 }
 
 func mounted(p string) bool {

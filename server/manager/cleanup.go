@@ -183,7 +183,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			ID: inst.ID, Namespace: m.cfg.Namespace, Kind: sp.Kind, Image: sp.Image, BlockNetwork: sp.BlockNetwork,
 			CPU: sp.CPUQuantity, Memory: sp.MemoryQuantity, CreatedAt: float64(inst.CreatedAt.UnixNano()) / 1e9,
 			Ready: true, Status: api.StatusReady, CreationTimeout: 3600, Labels: sp.Labels, Env: sp.Env,
-			AgentAddr: inst.AgentAddr, TTLSeconds: sp.TTLSeconds,
+			AgentAddr: inst.AgentAddr, TTLSeconds: sp.TTLSeconds, EphemeralStorage: sp.EphemeralStorageQuantity,
 		}
 		if err := m.st.CreateSandbox(ctx, rec); err != nil {
 			m.log.Warn("recover: store record", "sandbox_id", inst.ID, "err", err)

@@ -52,6 +52,7 @@ type Config struct {
 	DefaultImage            string        // used when a create names no image (never by the SDK)
 	DefaultCPU              string        // DEFAULT_CPU
 	DefaultMemory           string        // DEFAULT_MEMORY
+	DefaultEphemeralStorage string        // DEFAULT_EPHEMERAL_STORAGE: what a sandbox may write
 	DefaultTimeoutSeconds   int           // DEFAULT_TIMEOUT_SECONDS (exec)
 	WorkingDir              string        // DEFAULT_WORKING_DIR
 	SandboxTTL              time.Duration // SANDBOX_TTL_HOURS: hard cap on age
@@ -103,6 +104,7 @@ func (c *Config) setDefaults() {
 	def(&c.DefaultImage, "host")
 	def(&c.DefaultCPU, "4")
 	def(&c.DefaultMemory, "16Gi")
+	def(&c.DefaultEphemeralStorage, "10Gi")
 	def(&c.WorkingDir, "/workspace")
 	dur := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -216,6 +218,9 @@ type CreateParams struct {
 	NetworkMode string
 	// Faults is a validated fault plan (JSON) for the sandbox's agent.
 	Faults []byte
+	// EphemeralStorage caps what the sandbox writes (a quantity); empty:
+	// the default.
+	EphemeralStorage string
 }
 
 // maxOOMFaultMemory bounds the limit an injected oom fault fills: filling
@@ -264,6 +269,14 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	if err != nil {
 		return store.Sandbox{}, faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "invalid memory: "+err.Error())
 	}
+	asked := p.EphemeralStorage != ""
+	if !asked {
+		p.EphemeralStorage = m.cfg.DefaultEphemeralStorage
+	}
+	storage, err := m.ephemeralStorage(p.EphemeralStorage, asked)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	if len(p.Faults) > 0 && (mem == 0 || mem > maxOOMFaultMemory) && strings.Contains(string(p.Faults), `"kind":"oom"`) {
 		return store.Sandbox{}, faults.Newf(faults.CodeFaultPlanInvalid, faults.InvalidRequest, faults.Client,
 			"an oom fault needs a memory limit of at most %d MiB (the fault fills it)", maxOOMFaultMemory>>20)
@@ -282,7 +295,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	}
 	rec := store.Sandbox{
 		ID: p.ID, Namespace: m.cfg.Namespace, Kind: p.Kind, Image: p.Image, BlockNetwork: p.BlockNetwork,
-		CPU: p.CPU, Memory: p.Memory, CreatedAt: m.unix(), Status: api.StatusPending,
+		CPU: p.CPU, Memory: p.Memory, EphemeralStorage: p.EphemeralStorage, CreatedAt: m.unix(), Status: api.StatusPending,
 		CreationTimeout: p.Timeout, TTLSeconds: p.TTLSeconds, Labels: p.Labels, Env: p.Env,
 	}
 	for attempt := 0; ; attempt++ {
@@ -296,9 +309,10 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		return store.Sandbox{}, err
 	}
 	spec := runtime.Spec{
-		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem,
+		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem, EphemeralStorageBytes: storage,
 		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
-		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
+		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, EphemeralStorageQuantity: p.EphemeralStorage,
+		TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
 		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
