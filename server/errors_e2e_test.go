@@ -51,7 +51,7 @@ func TestErrorsEndToEnd(t *testing.T) {
 		{"validation", func() error {
 			_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "host", CPU: client.Ptr("-3")})
 			return err
-		}, 400, faults.InvalidRequest, faults.Client, faults.CodeValidation, false},
+		}, 422, faults.InvalidRequest, faults.Client, faults.CodeValidation, false},
 		{"not implemented", func() error {
 			_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "host", Kind: "quantum"})
 			return err
