@@ -40,14 +40,14 @@ const (
 // also makes the window manager grab its key bindings afresh (openbox:
 // hundreds of requests), and a text that borrows a few dozen keycodes
 // keeps the server busy enough that xterm has been measured lagging past
-// 60 ms; on a machine loaded 15–35 times over its cores it lagged past
-// 150 ms and typed later characters in place of earlier ones. Keycodes
-// are lent least recently used first, from a pool of over a hundred
-// (vendorOnly), so the wait is paid only by a text with more distinct
-// missing characters than that, once per turn of the pool; it is long
-// for that reason. Borrowed keycodes keep their mapping after the
-// action, so the last characters of a text never wait on it, nor race it.
-const remapSettle = 600 * time.Millisecond
+// 60 ms; on a machine loaded 15–35 times over its cores (the test suite
+// on two cores) it lagged past 150 ms and typed later characters in place
+// of earlier ones. The wait is paid only by a text with more distinct
+// missing characters than there are spare keycodes (19 in the default
+// map), once per turn of them. Borrowed keycodes keep their mapping after
+// the action (they are taken back least recently used first), so the last
+// characters of a text never wait on it, nor race it.
+const remapSettle = 400 * time.Millisecond
 
 // syncEvery bounds how many synthetic events are sent between round trips,
 // so a long text cannot queue an unbounded backlog in the server.
@@ -77,27 +77,6 @@ type keymap struct {
 	// lacks, highest first: those with no keysym at all and those already
 	// lent (xconn.loans).
 	spare []xproto.Keycode
-}
-
-// vendorOnly reports whether a keycode carries only XFree86's vendor
-// keysyms (XF86AudioMute, XF86Mail, ...: 0x1008FF00–0x1008FFFF). A
-// virtual desktop has no such keys, and the default map has 95 of them
-// against 19 keycodes with no keysym: lending them too lets a text of up
-// to 114 characters the map lacks be typed without mapping a keycode
-// again while a client may still read it (remapSettle). A keysym they
-// carried that is asked for later is lent a keycode like any other.
-func vendorOnly(syms []xproto.Keysym) bool {
-	found := false
-	for _, ks := range syms {
-		switch {
-		case ks == ksNoSymbol:
-		case ks >= 0x1008FF00 && ks <= 0x1008FFFF:
-			found = true
-		default:
-			return false
-		}
-	}
-	return found
 }
 
 func allNoSymbol(syms []xproto.Keysym) bool {
@@ -165,7 +144,6 @@ func (x *xconn) keymap() (*keymap, error) {
 			}
 		}
 	}
-	var vendor []xproto.Keycode
 	for i := n - 1; i >= 0; i-- {
 		kc := km.min + xproto.Keycode(i)
 		syms := r.Keysyms[i*km.per : (i+1)*km.per]
@@ -176,14 +154,10 @@ func (x *xconn) keymap() (*keymap, error) {
 		case allNoSymbol(syms):
 			delete(x.loans, kc)
 			km.spare = append(km.spare, kc)
-		case vendorOnly(syms):
-			delete(x.loans, kc)
-			vendor = append(vendor, kc)
 		default: // mapped by another client since
 			delete(x.loans, kc)
 		}
 	}
-	km.spare = append(km.spare, vendor...)
 	x.keys = km
 	return km, nil
 }
@@ -315,12 +289,8 @@ func (b *borrowed) press(ks xproto.Keysym) (keyPress, bool, error) {
 			b.x.extend(wait)
 			time.Sleep(wait)
 		}
-	}
-	// Whatever the keycode typed before (an earlier loan, a vendor
-	// keysym) is no longer found there.
-	for ks, p := range b.km.pos {
-		if p.code == kc {
-			delete(b.km.pos, ks)
+		if p, ok := b.km.pos[l.ks]; ok && p.code == kc {
+			delete(b.km.pos, l.ks)
 		}
 	}
 	// Both levels carry the keysym, so a held shift does not change it.
