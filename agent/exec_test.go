@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -311,31 +309,5 @@ func TestStderrFilter(t *testing.T) {
 				t.Fatalf("filtered = %q, want %q", out, tt.want)
 			}
 		})
-	}
-}
-
-// TestExecReusesConnection checks that an exec leaves its connection to the
-// pool: a client that stopped at the exit event used to find the response
-// unfinished and drop the connection, so a third of execs paid a new dial.
-func TestExecReusesConnection(t *testing.T) {
-	t.Parallel()
-	a := startAgent(t, nil)
-	var dials atomic.Int32
-	dial := a.execs.dial
-	a.execs.dial = func(ctx context.Context) (net.Conn, error) {
-		dials.Add(1)
-		return dial(ctx)
-	}
-	for _, cmd := range []string{"true", "echo hi", "/bin/true", "echo x; sleep 0.01; echo y >&2", "exit 3"} {
-		t.Run(cmd, func(t *testing.T) {
-			for range 10 {
-				if _, err := a.Exec(context.Background(), api.AgentExecRequest{Command: cmd}, nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
-	}
-	if n := dials.Load(); n != 1 {
-		t.Errorf("%d dials for 50 execs, want 1", n)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/jsonstream"
+	"github.com/orchard/orchard/internal/upload"
 )
 
 const (
@@ -223,13 +224,13 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) error {
 				return nil // refused below, before anything is written
 			case !known:
 				held = new(bytes.Buffer)
-				_, failure = CopyContent(held, content)
+				_, failure = upload.Decode(held, content)
 				return nil
 			}
 			if up, failure = s.openUpload(p); failure != nil {
 				return nil
 			}
-			size, failure = CopyContent(up.f, content)
+			size, failure = upload.Decode(up.f, content)
 			return nil
 		}}
 	body := http.MaxBytesReader(w, r.Body, maxUploadBody)
@@ -285,11 +286,11 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) error {
 	}
 	if held != nil && failure == nil {
 		if up, failure = s.openUpload(req.p); failure == nil {
-			size, failure = io.Copy(taggedWriter{up.f}, held) // decoded already
+			size, failure = io.Copy(upload.Writer(up.f), held) // decoded already
 		}
 	}
 	if failure != nil {
-		var we ContentWriteError
+		var we upload.WriteError
 		if errors.As(failure, &we) {
 			return fileFault(fmt.Errorf("upload %s: write: %w", req.p, we.Err), req.p, fileNotFound(req.p))
 		}
@@ -301,59 +302,6 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) error {
 	up = nil
 	writeJSON(w, http.StatusOK, api.UploadResult{Success: true, Path: req.p, Size: size})
 	return nil
-}
-
-// ContentWriteError is a failure of the destination CopyContent writes
-// to, told apart from a failure of the content.
-type ContentWriteError struct{ Err error }
-
-func (e ContentWriteError) Error() string { return e.Err.Error() }
-func (e ContentWriteError) Unwrap() error { return e.Err }
-
-// contentInputError is a failure to read the base64 text itself (the JSON
-// around it is broken, the body was cut short): whoever reads the JSON
-// reports it.
-type contentInputError struct{ err error }
-
-func (e contentInputError) Error() string { return e.err.Error() }
-func (e contentInputError) Unwrap() error { return e.err }
-
-type taggedReader struct{ r io.Reader }
-
-func (t taggedReader) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = contentInputError{err}
-	}
-	return n, err
-}
-
-type taggedWriter struct{ w io.Writer }
-
-func (t taggedWriter) Write(p []byte) (int, error) {
-	n, err := t.w.Write(p)
-	if err != nil {
-		err = ContentWriteError{err}
-	}
-	return n, err
-}
-
-// CopyContent decodes an upload's content, standard base64 as read from
-// content (line breaks ignored), into dst, and returns the number of bytes
-// written. Its error says what failed: the content is not base64 (a
-// classified file.invalid_base64), dst (a ContentWriteError), or reading
-// content itself (that reader's error, as it is).
-func CopyContent(dst io.Writer, content io.Reader) (int64, error) {
-	n, err := io.Copy(taggedWriter{dst}, base64.NewDecoder(base64.StdEncoding, taggedReader{content}))
-	var in contentInputError
-	var we ContentWriteError
-	switch {
-	case err == nil, errors.As(err, &we):
-		return n, err
-	case errors.As(err, &in):
-		return n, in.err
-	}
-	return n, faults.Wrap(err, faults.CodeInvalidBase64, faults.InvalidRequest, faults.Client, "content is not valid base64")
 }
 
 // pendingUpload is a file being uploaded: a temporary file in the target's

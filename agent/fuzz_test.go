@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/orchard/orchard/internal/upload"
 )
 
 // FuzzConfine checks path resolution and every file operation against
@@ -131,7 +133,7 @@ func uploadAt(s *Server, p, content string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := CopyContent(u.f, strings.NewReader(content)); err != nil {
+	if _, err := upload.Decode(u.f, strings.NewReader(content)); err != nil {
 		u.abort()
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
@@ -29,7 +30,7 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 
 // testAgent is an agent served in-process on a real unix socket.
 type testAgent struct {
-	*Client
+	*agentclient.Client
 	srv  *Server
 	root string // Config.Root on the host
 }
@@ -63,7 +64,7 @@ func startAgent(t testing.TB, edit func(*Config)) *testAgent {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
-	c := NewClient("unix:" + sock)
+	c := agentclient.NewClient("unix:" + sock)
 	t.Cleanup(func() {
 		c.Close()
 		cancel()
@@ -146,80 +147,4 @@ func TestHealth(t *testing.T) {
 	if h.Status != "ok" || h.PID != os.Getpid() || h.Version != "v-test" {
 		t.Fatalf("health = %+v", h)
 	}
-}
-
-func TestClientErrors(t *testing.T) {
-	t.Parallel()
-	a := startAgent(t, nil)
-
-	t.Run("unreachable", func(t *testing.T) {
-		t.Parallel()
-		c := NewClient("unix:" + filepath.Join(t.TempDir(), "none.sock"))
-		defer c.Close()
-		_, err := c.Health(context.Background())
-		e := wantFault(t, err, 503, faults.Unavailable, faults.CodeAgentUnreachable)
-		if e.Source != faults.Sandbox || !e.Retryable {
-			t.Fatalf("unreachable = %+v, want source sandbox, retryable", e)
-		}
-	})
-	t.Run("canceled is not unreachable", func(t *testing.T) {
-		t.Parallel()
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_, err := a.Health(ctx)
-		wantFault(t, err, 499, faults.Canceled, faults.CodeCanceled)
-	})
-	t.Run("bad address", func(t *testing.T) {
-		t.Parallel()
-		c := NewClient("tcp://x")
-		defer c.Close()
-		_, err := c.Health(context.Background())
-		wantFault(t, err, 500, faults.Internal, faults.CodeMisconfigured)
-	})
-	t.Run("envelope decoded with status", func(t *testing.T) {
-		t.Parallel()
-		_, err := a.Download(context.Background(), "/missing")
-		e := wantFault(t, err, 404, faults.NotFound, faults.CodeFileNotFound)
-		if e.Message != "File not found: /missing" {
-			t.Fatalf("message = %q", e.Message)
-		}
-	})
-	t.Run("body too large", func(t *testing.T) {
-		t.Parallel()
-		_, err := a.Exec(context.Background(), api.AgentExecRequest{Command: strings.Repeat("x", maxJSONBody+1)}, nil)
-		wantFault(t, err, 413, faults.TooLarge, faults.CodeTooLarge)
-	})
-	t.Run("unknown route", func(t *testing.T) {
-		t.Parallel()
-		err := a.getJSON(context.Background(), "x", "GET", "/nope", nil, new(any))
-		wantFault(t, err, 404, faults.NotFound, faults.CodeRouteNotFound)
-	})
-	t.Run("wrong method", func(t *testing.T) {
-		t.Parallel()
-		err := a.getJSON(context.Background(), "x", "POST", "/health", struct{}{}, new(any))
-		wantFault(t, err, 405, faults.InvalidRequest, faults.CodeMethodNotAllowed)
-	})
-	t.Run("http address", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv, err := New(Config{Root: t.TempDir(), Logger: testLogger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ctx, ln) }()
-		c := NewClient("http://" + ln.Addr().String() + "/")
-		defer func() {
-			c.Close()
-			cancel()
-			<-served
-		}()
-		if _, err := c.Health(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	})
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/internal/testserver"
@@ -109,12 +108,10 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	}
 	// The agent hop alone, from this process: what the API adds on top
 	// of it is the server hop.
-	addr, err := srv.Manager.AgentAddr(context.Background(), id)
+	ac, err := srv.Manager.Agent(context.Background(), id)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ac := agent.NewClient(addr)
-	defer ac.Close()
 	hop := func(command string) time.Duration {
 		t0 := time.Now()
 		exit, err := ac.Exec(context.Background(), api.AgentExecRequest{Command: command, TimeoutSeconds: 10}, func(api.ExecEvent) {})

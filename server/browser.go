@@ -16,10 +16,6 @@ import (
 	"github.com/orchard/orchard/faults"
 )
 
-// AgentHTTP returns how to reach an agent over HTTP: its base URL and a
-// transport (unix socket or TCP) with pooled connections.
-type AgentHTTP func(agentAddr string) (*url.URL, http.RoundTripper)
-
 // browserRoutes are the paths of browser sandboxes (API.md); the agent
 // serves them and the server forwards them as they are, WebSocket
 // upgrades (the DevTools protocol) included.
@@ -93,9 +89,6 @@ func (s *Server) toAgent(path string) handlerFunc { return s.toAgentWith(path, n
 // toAgentWith is toAgent with a hook that may rewrite the agent's response.
 func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Response) error) handlerFunc {
 	return func(c *gin.Context) error {
-		if s.agentHTTP == nil {
-			return faults.New(faults.CodeKindUnsupported, faults.NotImplemented, faults.Platform, "this server does not forward to agents")
-		}
 		rec, err := s.mgr.Get(c.Request.Context(), c.Param("id"))
 		if err != nil {
 			return err
@@ -106,11 +99,11 @@ func (s *Server) toAgentWith(path string, modify func(*gin.Context, *http.Respon
 					"sandbox %s is a %s sandbox; %s paths need kind %q", rec.ID, rec.Kind, k, k)
 			}
 		}
-		addr, err := s.mgr.AgentAddr(c.Request.Context(), rec.ID)
+		a, err := s.mgr.Agent(c.Request.Context(), rec.ID)
 		if err != nil {
 			return err
 		}
-		base, rt := s.agentHTTP(addr)
+		base, rt := a.HTTP()
 		raw := body(c)
 		var keyProto string // the "api_key.<key>" subprotocol the client offered
 		proxy := &httputil.ReverseProxy{

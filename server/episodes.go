@@ -77,14 +77,11 @@ func (s *Server) agentCall(ctx context.Context, sandboxID, path string, body any
 
 // agentCallHeader is agentCall that also returns the response's header.
 func (s *Server) agentCallHeader(ctx context.Context, sandboxID, path string, body any) (int, http.Header, []byte, error) {
-	if s.agentHTTP == nil {
-		return 0, nil, nil, faults.New(faults.CodeKindUnsupported, faults.NotImplemented, faults.Platform, "this server does not forward to agents")
-	}
-	addr, err := s.mgr.AgentAddr(ctx, sandboxID)
+	a, err := s.mgr.Agent(ctx, sandboxID)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	base, rt := s.agentHTTP(addr)
+	base, rt := a.HTTP()
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base.String(), "/")+path, bytes.NewReader(b))
 	if err != nil {

@@ -19,10 +19,10 @@ type sandboxesOnly struct{ store.Store }
 // otherwise keep them in its own memory, apart from its replicas'.
 func TestNewNeedsAnEpisodeStore(t *testing.T) {
 	mgr := manager.New(manager.Config{}, nil, sandboxesOnly{memory.New()}, nil, nil)
-	if _, err := server.New(server.Config{}, mgr, nil, nil); !errors.Is(err, episodes.ErrNoStore) {
+	if _, err := server.New(server.Config{}, mgr, nil); !errors.Is(err, episodes.ErrNoStore) {
 		t.Fatalf("New = %v, want %v", err, episodes.ErrNoStore)
 	}
-	if _, err := server.New(server.Config{}, manager.New(manager.Config{}, nil, memory.New(), nil, nil), nil, nil); err != nil {
+	if _, err := server.New(server.Config{}, manager.New(manager.Config{}, nil, memory.New(), nil, nil), nil); err != nil {
 		t.Fatalf("New with the memory store: %v", err)
 	}
 }

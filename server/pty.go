@@ -36,7 +36,7 @@ var upgrader = websocket.Upgrader{
 // Rejections before the upgrade are plain HTTP errors (Orchard's
 // handshake 403s carry no body the SDK reads).
 func (s *Server) pty(c *gin.Context) error {
-	addr, err := s.mgr.AgentAddr(c.Request.Context(), c.Param("id"))
+	a, err := s.mgr.Agent(c.Request.Context(), c.Param("id"))
 	if err != nil {
 		// Orchard refuses WebSocket handshakes with 403 whatever the reason;
 		// the error object still tells which.
@@ -66,7 +66,7 @@ func (s *Server) pty(c *gin.Context) error {
 	client.SetReadLimit(ptyMaxMessage)
 
 	dctx, cancel := context.WithTimeout(c.Request.Context(), 10*time.Second)
-	agentConn, err := s.dial(dctx, addr)
+	agentConn, _, err := a.DialPTY(dctx, nil)
 	cancel()
 	if err != nil {
 		msg, _ := json.Marshal(map[string]string{"type": "error", "message": "agent unreachable: " + faults.Of(err).Message})

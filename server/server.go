@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/gin-gonic/gin"
-	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/episodes"
 	"github.com/orchard/orchard/evaluate"
@@ -61,18 +60,13 @@ type SiteHealth interface {
 	Status(ctx context.Context) ([]sitehealth.HostStatus, error)
 }
 
-// PTYDialer opens the agent side of a PTY session.
-type PTYDialer func(ctx context.Context, agentAddr string) (*websocket.Conn, error)
-
 // Server serves the API.
 type Server struct {
-	cfg       Config
-	mgr       *manager.Manager
-	dial      PTYDialer
-	agentHTTP AgentHTTP
-	log       *slog.Logger
-	engine    *gin.Engine
-	routes    []route
+	cfg    Config
+	mgr    *manager.Manager
+	log    *slog.Logger
+	engine *gin.Engine
+	routes []route
 
 	eps       *episodes.Store
 	suitesMu  sync.Mutex        // guards suiteSums
@@ -86,7 +80,7 @@ type Server struct {
 // New builds the server and its routes. The manager's store keeps the
 // episodes too, so it must hold documents and locks (the memory and Redis
 // stores do).
-func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*Server, error) {
+func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 	if cfg.ServiceName == "" {
 		cfg.ServiceName = "sandbox-orchestrator"
 	}
@@ -110,7 +104,7 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*S
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	s := &Server{cfg: cfg, mgr: mgr, dial: dial, log: log, engine: gin.New(),
+	s := &Server{cfg: cfg, mgr: mgr, log: log, engine: gin.New(),
 		eps: eps, suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge},
 		uploads: newUploadGate(cfg.MaxConcurrentUploads, uploadWait)}
 	if cfg.RecordingsDir != "" {
@@ -165,9 +159,6 @@ func New(cfg Config, mgr *manager.Manager, dial PTYDialer, log *slog.Logger) (*S
 	}
 	return s, nil
 }
-
-// WithAgentHTTP lets the server forward browser paths to agents.
-func (s *Server) WithAgentHTTP(f AgentHTTP) *Server { s.agentHTTP = f; return s }
 
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }

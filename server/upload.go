@@ -13,10 +13,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/jsonstream"
+	"github.com/orchard/orchard/internal/upload"
 )
 
 // Uploads (POST /sandboxes/{id}/files, ORCHARD_COMPAT §3.14) are the one
@@ -292,8 +292,8 @@ func (u *streamedUpload) content(before []jsonstream.Member, content io.Reader) 
 		}
 		_ = os.Remove(f.Name())
 		u.spool = f
-		_, err = agent.CopyContent(f, content)
-		var we agent.ContentWriteError
+		_, err = upload.Decode(f, content)
+		var we upload.WriteError
 		switch {
 		case errors.As(err, &we):
 			u.failed = faults.Wrap(fmt.Errorf("upload: spool: %w", err), faults.CodeInternal, faults.Internal, faults.Platform, "internal error")
@@ -311,7 +311,7 @@ func (u *streamedUpload) content(before []jsonstream.Member, content io.Reader) 
 		pr.CloseWithError(errUploadAbandoned)
 		u.done <- uploadResult{res, err}
 	}()
-	_, err := agent.CopyContent(pw, content)
+	_, err := upload.Decode(pw, content)
 	if faults.Is(err, faults.CodeInvalidBase64) {
 		u.failed = invalidBase64(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/sitehealth"
 	"github.com/orchard/orchard/store"
@@ -23,7 +23,7 @@ func newEgressHub(cfg Config, gate egress.Gate, log *slog.Logger) (*egress.Hub, 
 		return nil, fmt.Errorf("EGRESS_HOSTS: %w", err)
 	}
 	d := &egress.Dialer{AllowPrefixes: allow, Hosts: hosts, Gate: gate, Log: log}
-	return egress.NewHub(d, agent.DialRaw, log.With("component", "egress")), nil
+	return egress.NewHub(d, agentclient.DialRaw, log.With("component", "egress")), nil
 }
 
 // newSiteHealth builds the per-host breakers: in Redis when the store is,

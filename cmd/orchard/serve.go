@@ -10,19 +10,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/agentbin"
+	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/local"
@@ -194,19 +192,15 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	cfg.Manager.AdoptOrphans = cfg.Store == "memory"
 	cfg.Server.Metrics = metrics.New()
 	cfg.Manager.OnRetry = cfg.Server.Metrics.ObserveRetry
-	agents := agent.NewPool(0)
+	agents := agentclient.NewPool(0)
 	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
 	if err := mgr.Recover(ctx); err != nil {
 		log.Warn("recover sandboxes from an earlier run", "err", err)
 	}
-	srv, err := server.New(cfg.Server, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
-		conn, _, err := agents.Client(addr).DialPTY(ctx, nil)
-		return conn, err
-	}, log)
+	srv, err := server.New(cfg.Server, mgr, log)
 	if err != nil {
 		return nil, err
 	}
-	srv.WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -70,6 +70,27 @@ func TestAgentSideDependencies(t *testing.T) {
 	}
 }
 
+// What runs inside sandboxes the server must not link: the browser and
+// desktop drivers (and their CDP, X11 and imaging libraries) and the
+// agent's server; the server reaches agents through agentclient.
+var forbiddenInServer = []string{"github.com/chromedp/", "github.com/jezek/xgb", "github.com/disintegration/imaging",
+	mod + "browser", mod + "desktop", mod + "agent"}
+
+func TestServerSideDependencies(t *testing.T) {
+	for _, p := range goList(t, nil, mod+"cmd/orchard", mod+"server", mod+"server/manager", mod+"agentclient") {
+		if len(p.Deps) == 0 {
+			t.Fatalf("%s: go list gave no dependencies", p.ImportPath)
+		}
+		for _, d := range p.Deps {
+			for _, f := range forbiddenInServer {
+				if d == f || strings.HasPrefix(d, f) && (strings.HasSuffix(f, "/") || strings.HasPrefix(d[len(f):], "/")) {
+					t.Errorf("%s depends on %s", p.ImportPath, d)
+				}
+			}
+		}
+	}
+}
+
 func TestAgentBuildsWithoutCgo(t *testing.T) {
 	cmd := exec.Command("go", "build", "-o", os.DevNull, "./cmd/orchard-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -9,16 +9,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/metrics"
@@ -118,7 +116,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if dialer == nil {
 		dialer = &egress.Dialer{}
 	}
-	hub := egress.NewHub(dialer, agent.DialRaw, log)
+	hub := egress.NewHub(dialer, agentclient.DialRaw, log)
 	mc.Egress = hub
 	mc.Browser = true
 	mc.Desktop = true
@@ -135,7 +133,7 @@ func Start(t testing.TB, opts Options) *Server {
 		sc.Metrics = metrics.New()
 	}
 	mc.OnRetry = sc.Metrics.ObserveRetry
-	agents := agent.NewPool(0)
+	agents := agentclient.NewPool(0)
 	mgr := manager.New(mc, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
 	if err := mgr.Recover(context.Background()); err != nil {
 		t.Fatalf("recover: %v", err)
@@ -147,14 +145,10 @@ func Start(t testing.TB, opts Options) *Server {
 		sc.APIKeys = []string{APIKey}
 	}
 	sc.RequireAPIKey = true
-	srv, err := server.New(sc, mgr, func(ctx context.Context, addr string) (*websocket.Conn, error) {
-		c, _, err := agents.Client(addr).DialPTY(ctx, nil)
-		return c, err
-	}, log)
+	srv, err := server.New(sc, mgr, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.WithAgentHTTP(func(addr string) (*url.URL, http.RoundTripper) { return agents.Client(addr).HTTP() })
 	hs := httptest.NewServer(srv.Handler())
 	s := &Server{URL: hs.URL, APIKey: sc.APIKeys[0], Manager: mgr, Runtime: rt, StateDir: dir, HTTP: hs, egress: hub}
 	if opts.Run {

@@ -16,7 +16,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
-	"github.com/orchard/orchard/agent"
+	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/internal/testenv"
 	"github.com/orchard/orchard/runtime"
@@ -94,7 +94,7 @@ func withoutPrecompiledSeccomp(l *Local) {
 // code.
 func agentExecForTest(t testing.TB, l *Local, id, command string) (string, int) {
 	t.Helper()
-	c := agent.NewClient("unix:" + l.sockPath(id))
+	c := agentclient.NewClient("unix:" + l.sockPath(id))
 	defer c.Close()
 	var out bytes.Buffer
 	exit, err := c.Exec(ctxTimeout(t, time.Minute), api.AgentExecRequest{Command: command + " 2>&1", TimeoutSeconds: 60},

@@ -1,6 +1,7 @@
 // Package manager is the sandbox manager: sandbox lifecycle over a runtime,
 // exec jobs serialised per sandbox, files and patches through the agent,
-// TTL/heartbeat cleanup and reconciliation. It knows nothing of HTTP.
+// TTL/heartbeat cleanup and reconciliation. It serves no HTTP: the server
+// renders its errors, and reaches agents through its Agent interface.
 package manager
 
 import (
@@ -10,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	goruntime "runtime"
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
@@ -27,7 +31,10 @@ import (
 	"github.com/orchard/orchard/store"
 )
 
-// Agent is what the manager needs from a sandbox's agent.
+// Agent is a sandbox's agent as the server reaches it: the one seam
+// between the server and whatever runtime holds the sandbox. The manager
+// runs jobs, files and patches through it; the server's PTY, browser,
+// desktop and episode paths reach it through Manager.Agent.
 type Agent interface {
 	Exec(ctx context.Context, req api.AgentExecRequest, onEvent func(api.ExecEvent)) (api.ExecExit, error)
 	Upload(ctx context.Context, req api.UploadRequest) (api.UploadResult, error)
@@ -37,7 +44,18 @@ type Agent interface {
 	OpenDownload(ctx context.Context, path string) (io.ReadCloser, error)
 	List(ctx context.Context, path string) (api.FileList, error)
 	Patch(ctx context.Context, req api.AgentPatchRequest) (api.AgentPatchResult, error)
+	// DialPTY opens an interactive terminal session (api.PTY* frames);
+	// header is added to the handshake.
+	DialPTY(ctx context.Context, header http.Header) (*websocket.Conn, *http.Response, error)
+	// HTTP returns the agent's base URL and a transport that reaches it
+	// (credentials included), for the calls the server forwards as they
+	// are: the browser's and desktop's daemons, CDP, live views.
+	HTTP() (*url.URL, http.RoundTripper)
 }
+
+// Dialer returns the Agent at a runtime's agent address
+// (runtime.Instance.AgentAddr). It is expected to pool.
+type Dialer func(addr string) Agent
 
 // Egress keeps network-enabled sandboxes' egress tunnels attached.
 type Egress interface {
@@ -141,7 +159,7 @@ type Manager struct {
 	cfg     Config
 	rt      runtime.Runtime
 	st      store.Store
-	dial    func(addr string) Agent
+	dial    Dialer
 	log     *slog.Logger
 	creates chan struct{} // semaphore bounding concurrent runtime creates
 	limits  Limits
@@ -167,7 +185,7 @@ type Manager struct {
 // server keeps its episodes there too.
 func (m *Manager) Store() store.Store { return m.st }
 
-func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) Agent, log *slog.Logger) *Manager {
+func New(cfg Config, rt runtime.Runtime, st store.Store, dial Dialer, log *slog.Logger) *Manager {
 	cfg.setDefaults()
 	if log == nil {
 		log = slog.Default()
@@ -711,16 +729,17 @@ func compatFileStatus(err error) error {
 	return err
 }
 
-// AgentAddr returns the agent address of a ready sandbox (for the PTY proxy).
-func (m *Manager) AgentAddr(ctx context.Context, id string) (string, error) {
+// Agent returns the agent of a ready sandbox, for the calls the server
+// makes to it directly (PTY, browser, desktop, episodes).
+func (m *Manager) Agent(ctx context.Context, id string) (Agent, error) {
 	rec, err := m.st.GetSandbox(ctx, id)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if !rec.Ready || rec.AgentAddr == "" {
-		return "", faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
+		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
 	}
-	return rec.AgentAddr, nil
+	return m.agent(rec.AgentAddr), nil
 }
 
 // ApplyPatch applies a unified diff with git apply in the working dir,

@@ -1,4 +1,10 @@
-package agent
+// Package agentclient is the host side of the agent protocol: a Client
+// per sandbox agent (pooled keep-alive connections over a unix socket or
+// TCP, plain connections for exec streams), a Pool of clients by address,
+// and DialRaw for protocols that upgrade a connection (the egress tunnel).
+// It knows neither the browser nor the desktop, so the server binary links
+// neither; the agent itself (package agent) runs inside the sandbox.
+package agentclient
 
 import (
 	"bytes"
