@@ -24,7 +24,7 @@ func TestEpisodeAbandonedSandbox(t *testing.T) {
 	sb := e.body["sandbox_id"].(string)
 	srv.Manager.Sweep(t.Context())
 	want(t, call(t, srv, "GET", "/sandboxes/"+sb, nil), 200) // within its deadline
-	time.Sleep(7 * time.Second) // the sandbox outlives the deadline twice over
+	time.Sleep(7 * time.Second)                              // the sandbox outlives the deadline twice over
 	srv.Manager.Sweep(t.Context())
 	if r := call(t, srv, "GET", "/sandboxes/"+sb, nil); r.status != 404 {
 		t.Errorf("sandbox of an episode abandoned past its deadline still there: %d %s", r.status, r.raw)
