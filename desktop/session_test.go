@@ -19,7 +19,7 @@ import (
 	"github.com/jezek/xgb/xproto"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // The display is usable by other X clients through Display().

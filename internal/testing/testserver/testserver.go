@@ -20,7 +20,7 @@ import (
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/egress"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
