@@ -209,12 +209,13 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 }
 
 // awaitAgent is the live readiness gate of exec: wait up to
-// AgentReadyWait for a pending sandbox; 404 "agent not ready" otherwise.
+// AgentReadyWait for a pending sandbox; "agent not ready" otherwise (which
+// the server answers 404, as Orchard Env).
 func (m *Manager) awaitAgent(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
 	if rec.Ready && rec.Status == api.StatusReady && rec.AgentAddr != "" {
 		return rec, nil
 	}
-	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID).WithStatus(404)
+	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID)
 	if rec.Status != api.StatusPending {
 		notReady.Retryable = false
 		return rec, notReady

@@ -522,10 +522,11 @@ next:
 	return out, nil
 }
 
-// errWaitTimeout is Wait's 408 when the sandbox did not become ready in time.
+// errWaitTimeout is Wait's error when the sandbox did not become ready in
+// time (the server answers it 408, as Orchard Env).
 func errWaitTimeout(id string, timeout int) *faults.Error {
 	return faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox,
-		"Sandbox %s did not become ready within %ds", id, timeout).WithStatus(408)
+		"Sandbox %s did not become ready within %ds", id, timeout)
 }
 
 // Wait blocks until the sandbox is ready, failed or gone, or timeout passes.
@@ -632,14 +633,15 @@ func (m *Manager) Heartbeat(ctx context.Context, id string) error {
 func (m *Manager) agent(addr string) Agent { return m.dial(addr) }
 
 // readyAgent returns the agent of a sandbox whose stored record is ready
-// (the files gate of ORCHARD_COMPAT §3.14: 400 when not ready).
+// (the files gate of ORCHARD_COMPAT §3.14; the server answers its refusal
+// 400 on the file routes).
 func (m *Manager) readyAgent(ctx context.Context, id string) (Agent, error) {
 	rec, err := m.st.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if !rec.Ready || rec.AgentAddr == "" {
-		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id).WithStatus(400)
+		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
 	}
 	return m.agent(rec.AgentAddr), nil
 }
@@ -651,7 +653,7 @@ func (m *Manager) Upload(ctx context.Context, id string, req api.UploadRequest) 
 		return api.UploadResult{}, err
 	}
 	res, err := a.Upload(ctx, req)
-	return res, compatFileStatus(err)
+	return res, err
 }
 
 // UploadFrom writes a file into the sandbox from content, the file's
@@ -665,7 +667,7 @@ func (m *Manager) UploadFrom(ctx context.Context, id, path string, content io.Re
 		return api.UploadResult{}, err
 	}
 	res, err := a.UploadFrom(ctx, path, content, mode)
-	return res, compatFileStatus(err)
+	return res, err
 }
 
 // CheckUpload returns the error an upload to sandbox id meets before it
@@ -682,7 +684,7 @@ func (m *Manager) Download(ctx context.Context, id, path string) (io.ReadCloser,
 		return nil, err
 	}
 	body, err := a.OpenDownload(ctx, path)
-	return body, compatFileStatus(err)
+	return body, err
 }
 
 // ListFiles lists a directory of the sandbox.
@@ -692,23 +694,7 @@ func (m *Manager) ListFiles(ctx context.Context, id, path string) (api.FileList,
 		return api.FileList{}, err
 	}
 	res, err := a.List(ctx, path)
-	return res, compatFileStatus(err)
-}
-
-// compatFileStatus gives the file errors that Orchard Env answers with a
-// 500 (ORCHARD_COMPAT §3.14–3.16: a directory where a file is expected and
-// the reverse, invalid base64) that status; the error object keeps their
-// real class (invalid_request).
-func compatFileStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	f := faults.Of(err)
-	switch f.Code {
-	case faults.CodeIsDirectory, faults.CodeNotDirectory, faults.CodeInvalidBase64:
-		f.Status = 500
-	}
-	return err
+	return res, err
 }
 
 // AgentAddr returns the agent address of a ready sandbox (for the PTY proxy).
