@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"regexp"
 	goruntime "runtime"
@@ -157,8 +156,12 @@ type Manager struct {
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
-	stopOnce sync.Once
-	now      func() time.Time
+	// stopCtx ends when stopping is closed (stopCancel, with it), for
+	// waits that take a context.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	stopOnce   sync.Once
+	now        func() time.Time
 }
 
 // New returns a manager. dial returns the agent client for an address; it
@@ -172,6 +175,7 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) 
 	if log == nil {
 		log = slog.Default()
 	}
+	stopCtx, stopCancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg: cfg, rt: rt, st: st, dial: dial, log: log,
 		creates:  make(chan struct{}, cfg.MaxConcurrentCreates),
@@ -181,7 +185,10 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial func(addr string) 
 		deleting: map[string]chan struct{}{},
 		jobs:     map[string]map[string]context.CancelCauseFunc{},
 		stopping: make(chan struct{}),
+		stopCtx:  stopCtx,
 		now:      time.Now,
+		// Shutdown calls it, with closing stopping.
+		stopCancel: stopCancel,
 	}
 }
 
@@ -298,14 +305,17 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		CPU: p.CPU, Memory: p.Memory, EphemeralStorage: p.EphemeralStorage, CreatedAt: m.unix(), Status: api.StatusPending,
 		CreationTimeout: p.Timeout, TTLSeconds: p.TTLSeconds, Labels: p.Labels, Env: p.Env,
 	}
-	for attempt := 0; ; attempt++ {
-		err = m.st.CreateSandbox(ctx, rec)
-		if err == nil || !generated || !faults.Is(err, faults.CodeSandboxExists) || attempt > 3 {
-			break
+	ids := idRetry
+	ids.Retryable = func(err error) bool { return generated && faults.Is(err, faults.CodeSandboxExists) }
+	if res, err := retry.Do(ctx, ids, func(ctx context.Context, attempt int) error {
+		if attempt > 1 { // the generated id was taken: draw another
+			rec.ID = uuid.NewString()[:8]
 		}
-		rec.ID = uuid.NewString()[:8]
-	}
-	if err != nil {
+		return m.st.CreateSandbox(ctx, rec)
+	}); err != nil {
+		if last := res.LastErr(); last != nil {
+			err = last // the store's error as it gave it
+		}
 		return store.Sandbox{}, err
 	}
 	spec := runtime.Spec{
@@ -389,6 +399,11 @@ func (m *Manager) afterDelete(ctx context.Context, id string) error {
 		return context.Cause(ctx)
 	}
 }
+
+// idRetry draws a new id for a create whose generated id is taken, up to
+// five times in all. A new id needs no wait: the millisecond only keeps
+// the policy's spacing negligible.
+var idRetry = retry.Policy{Attempts: 5, Initial: time.Millisecond, Max: time.Millisecond}
 
 // createRetry retries a create the runtime refused for capacity (a full
 // machine frees up as other sandboxes end) inside the create's deadline.
@@ -736,33 +751,31 @@ func (m *Manager) ApplyPatch(ctx context.Context, id, patch string, timeout int)
 	return api.PatchResult{Success: code == 0, Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: &code}, nil
 }
 
-// jitter returns d scaled by a random factor in [1, 1.3).
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)*3/10+1))
-}
-
 // outageWindow bounds how long throughOutage retries: the writes it
 // carries are ones nothing else will ever make (a create's outcome moves
 // its record out of pending; a job's final state ends it while its runner
 // lives), so giving up early leaves them undone for good.
 const outageWindow = 30 * time.Second
 
+// outageRetry spaces the writes of throughOutage: a store failing over
+// comes back within a second or two; the Budget is outageWindow.
+var outageRetry = retry.Policy{Budget: outageWindow, Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+
 // throughOutage runs write until it does not fail with a store outage,
 // retrying with backoff for up to outageWindow or until the manager stops.
+// The first write is made even when the manager is stopping: a create
+// that ends during shutdown still records its outcome. A Backoff rather
+// than retry.Do, whose canceled context would skip it.
 func (m *Manager) throughOutage(write func() error) error {
-	deadline := time.Now().Add(outageWindow)
-	backoff := 50 * time.Millisecond
+	b := retry.NewBackoff(outageRetry)
 	for {
 		err := write()
-		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) || time.Now().After(deadline) {
+		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) {
 			return err
 		}
-		select {
-		case <-time.After(jitter(backoff)):
-		case <-m.stopping:
+		if b.Wait(m.stopCtx, err) != nil { // out of time, or stopping
 			return err
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
