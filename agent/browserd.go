@@ -26,6 +26,7 @@ import (
 	"github.com/orchard/orchard/browser"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/inject"
+	"github.com/orchard/orchard/retry"
 )
 
 // A browser sandbox's Chromium runs in a child process of the agent, the
@@ -382,31 +383,41 @@ func (s *Server) startDaemon(ctx context.Context, kind daemonKind, sock, opts st
 	}
 	// A daemon that exits while starting is started again a couple of
 	// times: Chromium now and then exits at launch under load, and the
-	// supervisor only covers a daemon that was up.
-	var c *child
-	for attempt := 1; ; attempt++ {
-		var err error
-		if c, err = b.spawn(); err != nil {
-			return nil, err
-		}
-		err = b.awaitReady(ctx, c)
-		if err == nil {
-			break
-		}
-		_ = c.signalGroup(syscall.SIGKILL)
-		if attempt == daemonStartAttempts || faults.Of(err).Category != faults.Unavailable || ctx.Err() != nil {
-			return nil, err
-		}
+	// supervisor only covers a daemon that was up. A spawn that fails, or a
+	// start that fails otherwise, is not retried.
+	spawnFailed := false
+	p := daemonStartRetry
+	p.Retryable = func(err error) bool { return !spawnFailed && faults.Of(err).Category == faults.Unavailable }
+	p.OnRetry = func(attempt int, err error) {
 		s.log.Warn("daemon exited while starting; starting it again", "daemon", kind.name, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+	}
+	c, res, err := retry.DoValue(ctx, p, func(ctx context.Context, _ int) (*child, error) {
+		c, err := b.spawn()
+		if err != nil {
+			spawnFailed = true
+			return nil, err
 		}
+		if err := b.awaitReady(ctx, c); err != nil {
+			_ = c.signalGroup(syscall.SIGKILL)
+			return nil, err
+		}
+		return c, nil
+	})
+	if err != nil {
+		if last := res.LastErr(); last != nil {
+			return nil, last // the daemon's own failure, as it gave it
+		}
+		return nil, err
 	}
 	go b.supervise(ctx, c)
 	return b, nil
 }
+
+// daemonStartRetry starts a daemon that exits while starting again:
+// daemonStartAttempts bounds the starts, as one that keeps exiting is
+// misconfigured, not unlucky; the waits, up to 200 ms then 400 ms, let a
+// loaded machine catch its breath.
+var daemonStartRetry = retry.Policy{Attempts: daemonStartAttempts, Initial: 200 * time.Millisecond, Max: 400 * time.Millisecond}
 
 // daemonStartAttempts bounds the starts of a daemon that exits while
 // starting; one that keeps exiting is misconfigured, not unlucky.
@@ -441,6 +452,7 @@ func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
 	ctx, cancel := context.WithTimeout(ctx, browserStartTimeout)
 	defer cancel()
 	hc := &http.Client{Transport: b.proxy.Transport, Timeout: 2 * time.Second}
+	poll := retry.NewBackoff(readyPoll)
 	for {
 		resp, err := hc.Get("http://" + b.kind.name + "/health")
 		if err == nil {
@@ -449,21 +461,33 @@ func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
 				return nil
 			}
 		}
+		wait, _ := poll.Next(err) // no Attempts or Budget: ctx bounds it
+		t := time.NewTimer(wait)
 		select {
 		case <-c.done:
+			t.Stop()
 			code, sig := c.exitCode()
 			return faults.Newf(b.kind.launch, faults.Unavailable, b.kind.source,
 				"the %s exited while starting (code %d, signal %d; see %s.log)", b.kind.name, code, sig, b.sock)
 		case <-ctx.Done():
+			t.Stop()
 			return faults.New(b.kind.launch, faults.Timeout, b.kind.source, "the "+b.kind.name+" did not start in time")
-		case <-time.After(20 * time.Millisecond):
+		case <-t.C:
 		}
 	}
 }
 
+// readyPoll spaces awaitReady's health checks: a daemon answers within
+// tens of milliseconds of its start, so checks stay that close.
+var readyPoll = retry.Policy{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond}
+
+// daemonRestart spaces supervise's restarts of a daemon that keeps dying,
+// from up to 200 ms to up to 10 s; a restart that works starts over.
+var daemonRestart = retry.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+
 // supervise restarts the daemon when it dies, with backoff, until ctx ends.
 func (b *browserProc) supervise(ctx context.Context, c *child) {
-	backoff := 200 * time.Millisecond
+	restart := retry.NewBackoff(daemonRestart)
 	for {
 		select {
 		case <-ctx.Done():
@@ -483,16 +507,14 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 		b.mu.Unlock()
 		b.s.log.Warn("daemon died; restarting", "daemon", b.kind.name, "code", code, "signal", sig)
 		for {
-			select {
-			case <-ctx.Done():
+			if restart.Wait(ctx, nil) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, 10*time.Second)
 			nc, serr := b.spawn()
 			if serr == nil {
 				if serr = b.awaitReady(ctx, nc); serr == nil {
-					c, backoff = nc, 200*time.Millisecond
+					c = nc
+					restart.Reset()
 					break
 				}
 				_ = nc.signalGroup(syscall.SIGKILL)

@@ -12,7 +12,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // crash makes the renderer of tb crash.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/internal/chromium"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // Sessions render the test pages as Chromium does by default, whatever

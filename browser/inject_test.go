@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // A hung browser (every process stopped) is found hung at the first call

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // A browser that exits before it answers is started once more; one that

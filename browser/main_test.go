@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 //go:embed testdata

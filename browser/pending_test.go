@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // pendingSite serves the pages of the settle tests: a button #b whose

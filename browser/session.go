@@ -25,6 +25,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/chromium"
+	"github.com/orchard/orchard/retry"
 )
 
 // Session is one running browser with its tabs. All methods are safe for
@@ -118,27 +119,29 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 		// A kept profile may hold the file of an earlier browser.
 		_ = os.Remove(filepath.Join(s.dataDir, devToolsPortFile))
 	}
-	for attempt := 1; ; attempt++ {
-		err := s.launchOnce(ctx)
-		if err == nil {
-			return s, nil
+	p := launchRetry
+	p.Retryable = func(err error) bool { return exitedAtStart(err) && ctx.Err() == nil }
+	p.OnRetry = func(_ int, err error) {
+		s.log.Warn("browser exited while starting; starting it again", "error", err)
+		for _, f := range []string{"SingletonLock", "SingletonSocket", "SingletonCookie"} {
+			_ = os.Remove(filepath.Join(s.dataDir, f))
 		}
-		if attempt < launchAttempts && exitedAtStart(err) && ctx.Err() == nil {
-			s.log.Warn("browser exited while starting; starting it again", "error", err)
-			for _, f := range []string{"SingletonLock", "SingletonSocket", "SingletonCookie"} {
-				_ = os.Remove(filepath.Join(s.dataDir, f))
-			}
-			continue
-		}
-		if s.ownDataDir {
-			os.RemoveAll(s.dataDir)
-		}
-		var fe *faults.Error
-		if errors.As(err, &fe) {
-			return nil, fe
-		}
-		return nil, faults.Wrap(err, faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser, "launch browser: "+err.Error())
 	}
+	res, err := retry.Do(ctx, p, func(ctx context.Context, _ int) error { return s.launchOnce(ctx) })
+	if err == nil {
+		return s, nil
+	}
+	if last := res.LastErr(); last != nil {
+		err = last // the launch's own failure, as it gave it
+	}
+	if s.ownDataDir {
+		os.RemoveAll(s.dataDir)
+	}
+	var fe *faults.Error
+	if errors.As(err, &fe) {
+		return nil, fe
+	}
+	return nil, faults.Wrap(err, faults.CodeBrowserLaunch, faults.Unavailable, faults.Browser, "launch browser: "+err.Error())
 }
 
 // launchAttempts bounds the starts of a browser that exits while starting:
@@ -146,6 +149,10 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 // in several hundred starts, killed with no message of its own), and a
 // second start succeeds. One that fails twice is reported.
 const launchAttempts = 2
+
+// launchRetry starts a browser that exited while starting again, after a
+// pause of up to 100 ms for the machine to catch its breath.
+var launchRetry = retry.Policy{Attempts: launchAttempts, Initial: 100 * time.Millisecond}
 
 // exitedAtStart reports a browser that ended before it answered. chromedp
 // says so only in its message.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // Waits in flight end with the session: Close or a browser crash ends them

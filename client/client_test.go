@@ -14,7 +14,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

@@ -15,8 +15,8 @@ import (
 	"github.com/orchard/orchard/browser"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 const guiPage = `<!doctype html><title>Shop</title><body style="margin:0">

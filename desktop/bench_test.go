@@ -15,7 +15,7 @@ import (
 
 	"github.com/jezek/xgb/xproto"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // benchSession starts a 1280x800 desktop showing a web page in chromium

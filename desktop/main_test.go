@@ -14,7 +14,7 @@ import (
 	"github.com/jezek/xgb/xproto"
 	"go.uber.org/goleak"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // One desktop (1024x768, openbox, an xterm) for the tests that only use

@@ -49,9 +49,9 @@ const (
 	// server, and its young deaths in a row, before the session gives up;
 	// with the backoff this spans about half a minute.
 	xRestartAttempts = 8
-	// restartBackoff is the first wait before restarting a process that
-	// died young; it doubles with each further young death, up to
-	// maxRestartBackoff.
+	// restartBackoff caps the first wait before restarting a process that
+	// died young; the cap doubles with each further young death, up to
+	// maxRestartBackoff (restartPolicy).
 	restartBackoff    = 200 * time.Millisecond
 	maxRestartBackoff = 5 * time.Second
 	// wmRestartLimit bounds the window manager's restarts in a crash
@@ -643,7 +643,7 @@ func (s *Session) watchApp(name string, p *proc, deaths int) {
 			s.log.Warn("app keeps exiting; not relaunching it", "app", name, "deaths", deaths-1)
 			return
 		}
-		if sleepCtx(s.ctx, backoff(deaths)) != nil {
+		if sleepCtx(s.ctx, restartPolicy.Delay(deaths)) != nil {
 			return
 		}
 		s.mu.Lock()
@@ -785,7 +785,7 @@ func (s *Session) restartX(x *proc) {
 	}
 	// The first restart is immediate, to take the display back before
 	// another server claims it; a crash loop is spaced out.
-	if deaths > 1 && sleepCtx(s.ctx, backoff(deaths-1)) != nil {
+	if deaths > 1 && sleepCtx(s.ctx, restartPolicy.Delay(deaths-1)) != nil {
 		return
 	}
 	policy := retry.Policy{Attempts: xRestartAttempts, Initial: restartBackoff, Max: maxRestartBackoff,
@@ -844,7 +844,7 @@ func (s *Session) restartWM(wm *proc, died time.Time) {
 	}
 	s.log.Warn("window manager exited; restarting it", "window_manager", wm.name, "code", faults.CodeDesktopWMDied,
 		"restarts", deaths, "error", cause)
-	if deaths > 1 && sleepCtx(s.ctx, backoff(deaths-1)) != nil {
+	if deaths > 1 && sleepCtx(s.ctx, restartPolicy.Delay(deaths-1)) != nil {
 		return
 	}
 	if err := s.startWM(s.ctx); err != nil && s.ctx.Err() == nil {
@@ -864,15 +864,12 @@ func (s *Session) wmDown(at time.Time, restarts int, msg string, cause error) {
 	s.log.Error("window manager is down; running without one", "code", faults.CodeDesktopWMDied, "restarts", restarts, "error", cause)
 }
 
-// backoff is the wait before restarting a process after n young deaths
-// in a row.
-func backoff(n int) time.Duration {
-	d := restartBackoff
-	for i := 1; i < n && d < maxRestartBackoff; i++ {
-		d *= 2
-	}
-	return min(d, maxRestartBackoff)
-}
+// restartPolicy spaces the restarts of a process that keeps dying young:
+// the wait after n young deaths in a row is restartPolicy.Delay(n), at
+// most restartPolicy.Cap(n). The session counts the deaths itself (it
+// reports them in its faults), so it asks for the n-th wait rather than
+// keep a retry.Backoff per process.
+var restartPolicy = retry.Policy{Initial: restartBackoff, Max: maxRestartBackoff}
 
 // Close kills every process of the session, and their descendants, waits
 // for them, and removes the session's files. It is safe to call more than

@@ -19,7 +19,7 @@ import (
 	"github.com/jezek/xgb/xproto"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // The display is usable by other X clients through Display().
@@ -483,3 +483,7 @@ func TestObserveRefusedBeforeActions(t *testing.T) {
 		t.Errorf("ParseRequest with a bad observe: %v, want action.invalid", err)
 	}
 }
+
+// backoff is the longest wait before restarting a process after n young
+// deaths in a row.
+func backoff(n int) time.Duration { return restartPolicy.Cap(n) }

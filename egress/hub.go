@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/orchard/orchard/retry"
 )
 
 // Hub keeps one tunnel per network-enabled sandbox attached: it connects to
@@ -116,7 +117,7 @@ func (h *Hub) run(ctx context.Context, id, addr string, p Policy, done chan stru
 	dial := func(ctx context.Context, host string, port int) (net.Conn, error) {
 		return h.dialer.Dial(ctx, p, host, port)
 	}
-	wait := reattachMin
+	reattach := retry.NewBackoff(retry.Policy{Initial: reattachMin, Max: reattachMax})
 	var failingSince time.Time
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -125,7 +126,7 @@ func (h *Hub) run(ctx context.Context, id, addr string, p Policy, done chan stru
 			return
 		}
 		if time.Since(start) > 10*time.Second {
-			wait = reattachMin // it was up for a while: a fresh failure
+			reattach.Reset() // it was up for a while: a fresh failure
 			failingSince = time.Time{}
 		}
 		if failingSince.IsZero() {
@@ -141,15 +142,11 @@ func (h *Hub) run(ctx context.Context, id, addr string, p Policy, done chan stru
 			h.mu.Unlock()
 			return
 		}
+		wait, _ := reattach.Next(err) // no Attempts or Budget: Detach ends it
 		log.Debug("egress tunnel down; re-attaching", "err", err, "in", wait)
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
-		wait = min(2*wait, reattachMax)
 	}
 }
 

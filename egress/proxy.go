@@ -16,6 +16,7 @@ import (
 
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/inject"
+	"github.com/orchard/orchard/retry"
 )
 
 // Headers the proxy sets on responses it makes itself, so a client (and
@@ -78,27 +79,23 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	defer stop()
 	var wg sync.WaitGroup
 	var err error
-	var backoff time.Duration
+	// Out of descriptors, most likely: wait for some to close, as
+	// net/http's server does, from up to 5 ms to up to a second.
+	acceptRetry := retry.NewBackoff(retry.Policy{Initial: 5 * time.Millisecond, Max: time.Second})
 	for {
 		c, aerr := ln.Accept()
 		if aerr != nil {
 			if ctx.Err() != nil || errors.Is(aerr, net.ErrClosed) {
 				break
 			}
-			// Out of descriptors, most likely: wait for some to close,
-			// as net/http's server does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.logger.Debug("egress proxy: accept", "err", aerr, "retry_in", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
+			wait, _ := acceptRetry.Next(aerr) // no Attempts or Budget: ctx ends it
+			p.logger.Debug("egress proxy: accept", "err", aerr, "retry_in", wait)
+			if retry.Sleep(ctx, wait) == nil {
 				continue
-			case <-ctx.Done():
-				t.Stop()
 			}
 			break
 		}
-		backoff = 0
+		acceptRetry.Reset()
 		if !p.conns.add(c) {
 			c.Close()
 			continue

@@ -16,7 +16,7 @@ import (
 	"github.com/orchard/orchard/episodes"
 	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/store"
 	"github.com/orchard/orchard/store/memory"
 	"github.com/orchard/orchard/store/redis"

@@ -54,9 +54,11 @@ type Error struct {
 	Code      string
 	Message   string // safe to show to users
 	Retryable bool
-	// Status overrides the HTTP status derived from Category. Only the
-	// Orchard-compatible endpoints use it, where the wire contract fixes a
-	// status that the category alone would not give (400 "not ready").
+	// Status overrides the HTTP status derived from Category. Only HTTP
+	// layers set it: the status of an answer the error was decoded from
+	// (FromInfo), or one a handler fixes (a 405, a refused WebSocket
+	// handshake). Statuses that Orchard Env's contract fixes by code are
+	// the server's renderer's business, not the error's.
 	Status int
 	// Detail overrides the `detail` field of the HTTP body (FastAPI's
 	// validation list, for example). Nil means Message.

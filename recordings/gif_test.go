@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/image/draw"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // gifAtOnce is the GIF export as image/gif writes a whole animation: every

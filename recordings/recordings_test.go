@@ -22,7 +22,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 func testImage(t *testing.T, w, h int, c color.Color, format string) []byte {

@@ -1,8 +1,12 @@
 // Package retry is the project's one retry loop: it runs an operation again
 // while it fails with a retryable error, within a Policy that bounds the
 // number of attempts, the wall-clock time spent, the time of each attempt,
-// and spaces attempts with exponential backoff and full jitter. Every retry
-// goes through it, so every retry is bounded and reported the same way.
+// and spaces attempts with exponential backoff and full jitter, or with
+// the delay a failure asks for (RetryAfterError). Every retry goes through
+// it, so every retry is bounded and reported the same way: Do and DoValue
+// for an operation tried until it succeeds; Backoff for the loops that run
+// until their context ends (supervisors restarting what dies, pollers
+// waiting for a condition), which take their waits from the same Policy.
 package retry
 
 import (
@@ -81,6 +85,17 @@ func (p Policy) withDefaults() Policy {
 // backoff is the wait after failed attempt n (n ≥ 1): a random fraction of
 // Initial·2^(n-1), capped at Max.
 func (p Policy) backoff(n int) time.Duration {
+	c := p.ceiling(n)
+	f := p.Rand()
+	if f < 0 || f >= 1 || math.IsNaN(f) { // a broken source must not stretch the wait
+		f = 0
+	}
+	return time.Duration(f * float64(c))
+}
+
+// ceiling is the cap of the wait after failed attempt n (n ≥ 1):
+// Initial·2^(n-1), at most Max.
+func (p Policy) ceiling(n int) time.Duration {
 	c := p.Initial
 	for i := 1; i < n && c < p.Max; i++ {
 		if c > p.Max/2 { // doubling would pass Max (or overflow)
@@ -89,12 +104,7 @@ func (p Policy) backoff(n int) time.Duration {
 		}
 		c *= 2
 	}
-	c = min(c, p.Max)
-	f := p.Rand()
-	if f < 0 || f >= 1 || math.IsNaN(f) { // a broken source must not stretch the wait
-		f = 0
-	}
-	return time.Duration(f * float64(c))
+	return min(c, p.Max)
 }
 
 // Outcome says why the loop stopped. The strings are bounded, for metric
@@ -120,7 +130,11 @@ const (
 
 // Do calls fn until it succeeds or p says to stop, and reports each
 // attempt. attempt counts from 1; ctx is canceled when the attempt's time
-// (PerAttempt, Budget or the caller's) is up.
+// (PerAttempt, Budget or the caller's) is up. A failure that carries a
+// Retry-After (RetryAfterError) is waited out for the delay it asks
+// instead of the backoff; when that delay would pass the Budget or the
+// caller's deadline, the loop stops (BudgetExhausted) rather than come
+// back sooner than asked.
 //
 // The error is nil on success. Otherwise it wraps the last attempt's
 // error, so faults.Of gives that attempt's class — also when the attempts,
@@ -181,6 +195,9 @@ func DoValue[T any](ctx context.Context, p Policy, fn func(ctx context.Context, 
 			return zero, res, finish(BudgetExhausted, gaveUp(n, BudgetExhausted, err))
 		}
 		wait := p.backoff(n)
+		if d, asked := After(err); asked { // the failure's source said when to come back
+			wait = d
+		}
 		// Waiting until (or past) the deadline would leave the next attempt
 		// no time at all: better to hand back the real failure now than a
 		// timeout later.

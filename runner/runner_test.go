@@ -12,8 +12,8 @@ import (
 
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/tasks"
 )
 

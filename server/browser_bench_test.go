@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // Browser-sandbox benchmarks through the REST API: one RL step, many

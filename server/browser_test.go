@@ -27,8 +27,8 @@ import (
 	"github.com/go-rod/rod/lib/proto"
 	"github.com/gorilla/websocket"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 const testPage = `<!doctype html><html><head><title>Orchard test</title></head>

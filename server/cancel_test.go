@@ -9,8 +9,8 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // startJob starts a command without waiting and returns its job id.

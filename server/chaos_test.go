@@ -21,8 +21,8 @@ import (
 
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // The chaos run: concurrent sandboxes run scripted steps while their fault

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/server/manager"
 )

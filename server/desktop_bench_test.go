@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // BenchmarkDesktopReady: cold desktop sandbox (1280x800, openbox, an

@@ -10,7 +10,7 @@ import (
 	goruntime "runtime"
 	"testing"
 
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // A download passes the agent's answer on as it streams: the server holds

@@ -12,8 +12,8 @@ import (
 
 	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // egressServer is a server whose sandboxes reach a "site" on the host's

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // An episode its trainer abandons does not keep its sandbox long past its

@@ -3,8 +3,8 @@ package server_test
 import (
 	"testing"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // On a server without a judge, an episode of a judge task is refused at

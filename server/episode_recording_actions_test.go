@@ -7,8 +7,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/recordings"
 )
 

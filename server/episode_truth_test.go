@@ -3,8 +3,8 @@ package server_test
 import (
 	"testing"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // A fault a plan injects at a browser step is tagged in the step's info

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // BenchmarkEpisodes: whole episodes of the offline shop task (create with

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // shopPage is an offline site a task's setup writes into the sandbox.

@@ -11,17 +11,24 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/server/manager"
 )
 
 // renderError is the one place where errors become HTTP responses: status
-// from the category (or the compat override), body {"detail", "error"},
-// Retry-After on capacity and unavailability. Internal causes are logged,
-// never sent. The error is attached to the request, where the metrics
-// middleware counts it.
+// from the category (or the compat tables below), body {"detail",
+// "error"}, Retry-After on capacity and unavailability. Internal causes
+// are logged, never sent. The error is attached to the request, where the
+// metrics middleware counts it.
 func renderError(c *gin.Context, log *slog.Logger, err error) {
+	renderErrorOn(c, log, err, nil)
+}
+
+// renderErrorOn is renderError for a route that answers some codes with
+// statuses of its own (route.statuses).
+func renderErrorOn(c *gin.Context, log *slog.Logger, err error, routeStatus map[string]int) {
 	f := faults.Of(err)
 	_ = c.Error(f)
-	status := statusOf(f)
+	status := statusOn(f, routeStatus)
 	if status >= 500 && f.Category == faults.Internal {
 		log.Error("request failed", "request_id", c.GetString(requestIDKey), "path", c.FullPath(),
 			"code", f.Code, "category", f.Category, "source", f.Source, "err", err)
@@ -34,17 +41,67 @@ func renderError(c *gin.Context, log *slog.Logger, err error) {
 	c.AbortWithStatusJSON(status, faults.EnvelopeOf(f))
 }
 
-func missingField(where, field string, input any) faults.FieldError {
-	return faults.FieldError{Type: "missing", Loc: []any{where, field}, Msg: "Field required", Input: input}
+// codeStatus holds the codes that Orchard Env (ORCHARD_COMPAT.md) answers
+// on every route with a status other than their category's. The error
+// object still says what the failure is; only the status follows the wire
+// contract the SDK reads.
+var codeStatus = map[string]int{
+	// §3.6: GET /sandboxes/{id}/wait that times out is a 408, which the
+	// SDK turns into TimeoutError (and deletes the sandbox); a timeout's
+	// category would answer 504.
+	faults.CodeWaitTimeout: http.StatusRequestTimeout,
+	// §3.10: exec on a sandbox whose agent is not ready is a 404 ("agent
+	// not ready"); the failure itself is an unavailable sandbox (503).
+	faults.CodeAgentNotReady: http.StatusNotFound,
+	// Starlette's 405 for a path that exists with another method; the
+	// failure is an invalid request (400).
+	faults.CodeMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
-// statusOf is the HTTP status of f: a validation error's is FastAPI's 422;
-// otherwise the category's, unless f fixes its own.
-func statusOf(f *faults.Error) int {
-	if _, ok := f.FieldErrors(); ok && f.Status == 0 {
+// fileStatus is route.statuses of the file routes (upload, download,
+// list), which Orchard Env answers differently (ORCHARD_COMPAT §3.14–3.16):
+// 400 for a sandbox that is not ready (a conflict, 409, elsewhere), and 500
+// for a directory where a file is expected and the reverse, and for
+// content that is not base64 (invalid requests, 400, elsewhere). These win
+// over the status an agent's answer carries.
+var fileStatus = map[string]int{
+	faults.CodeSandboxNotReady: http.StatusBadRequest,
+	faults.CodeIsDirectory:     http.StatusInternalServerError,
+	faults.CodeNotDirectory:    http.StatusInternalServerError,
+	faults.CodeInvalidBase64:   http.StatusInternalServerError,
+}
+
+// statusOf is the HTTP status of f on a route with no statuses of its
+// own.
+func statusOf(f *faults.Error) int { return statusOn(f, nil) }
+
+// statusOn is the HTTP status of f on a route whose own statuses are
+// routeStatus. In order: the route's status for f's code; a status f fixes
+// itself (one the server set, or one an agent's answer carried);
+// codeStatus; FastAPI's 422 for a validation error, whether it lists its
+// fields or is a field the manager refused (manager.FieldRefusal, in its
+// internal cause); the category's.
+func statusOn(f *faults.Error, routeStatus map[string]int) int {
+	if s, ok := routeStatus[f.Code]; ok {
+		return s
+	}
+	if f.Status != 0 {
+		return f.Status
+	}
+	if s, ok := codeStatus[f.Code]; ok {
+		return s
+	}
+	if _, ok := f.FieldErrors(); ok {
+		return http.StatusUnprocessableEntity
+	}
+	if _, ok := errors.AsType[manager.FieldRefusal](f); ok {
 		return http.StatusUnprocessableEntity
 	}
 	return f.StatusOf()
+}
+
+func missingField(where, field string, input any) faults.FieldError {
+	return faults.FieldError{Type: "missing", Loc: []any{where, field}, Msg: "Field required", Input: input}
 }
 
 // decodeJSON decodes the (already bounded) body into v, turning type errors

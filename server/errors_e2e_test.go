@@ -13,7 +13,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/server"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/failpoint"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // Failures a fault plan cannot reach, through named failpoints: a runtime

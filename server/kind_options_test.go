@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // A bad browser, desktop or egress setting is refused by the server with

@@ -3,7 +3,7 @@ package server_test
 import (
 	"testing"
 
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // A plain GET (no upgrade) of the PTY path is refused with a JSON error

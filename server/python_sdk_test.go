@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // Orchard's Python client (sdk/python) against a real server on loopback:

@@ -3,7 +3,7 @@ package server_test
 import (
 	"testing"
 
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // DELETE frees the id at once (the record is gone and a create with it is

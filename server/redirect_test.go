@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // Every response carries X-Request-ID (ORCHARD_COMPAT §1), the

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/api"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/store/redis"
 )
 

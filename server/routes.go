@@ -40,6 +40,9 @@ type route struct {
 	// stream: the handler reads the body itself, as it arrives, within
 	// the body limit; readBody leaves it alone for a caller with a key.
 	stream bool
+	// statuses are the codes this route answers with a status of its own,
+	// where Orchard Env's differs from the rest of the API (fileStatus).
+	statuses map[string]int
 }
 
 type queryParam struct {
@@ -75,11 +78,11 @@ func (s *Server) table() []route {
 		{method: "POST", path: "/sandboxes/:id/apply_patch", summary: "Apply a unified diff with git apply in /workspace",
 			request: api.PatchRequest{}, response: api.PatchResult{}, handler: s.applyPatch},
 		{method: "POST", path: "/sandboxes/:id/files", summary: "Upload a file (base64)",
-			request: api.UploadRequest{}, response: api.UploadResult{}, handler: s.upload, stream: true},
+			request: api.UploadRequest{}, response: api.UploadResult{}, handler: s.upload, stream: true, statuses: fileStatus},
 		{method: "GET", path: "/sandboxes/:id/files", summary: "Download a file (base64)",
-			query: []queryParam{{"path", "string", "file path in the sandbox", true}}, response: api.FileContent{}, handler: s.download},
+			query: []queryParam{{"path", "string", "file path in the sandbox", true}}, response: api.FileContent{}, handler: s.download, statuses: fileStatus},
 		{method: "GET", path: "/sandboxes/:id/files/list", summary: "List a directory",
-			query: []queryParam{{"path", "string", "directory (default /workspace)", false}}, response: api.FileList{}, handler: s.listFiles},
+			query: []queryParam{{"path", "string", "directory (default /workspace)", false}}, response: api.FileList{}, handler: s.listFiles, statuses: fileStatus},
 		{method: "GET", path: "/jobs/:job_id", summary: "Get a job", response: api.Job{}, handler: s.getJob},
 		{method: "GET", path: "/jobs/:job_id/wait", summary: "Wait for a job (200 with its state, terminal or not)",
 			query:    []queryParam{{"timeout", "integer", "seconds (default 300; 0 answers at once)", false}},

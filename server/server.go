@@ -146,7 +146,7 @@ func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 		renderError(c, s.log, faults.New(faults.CodeRouteNotFound, faults.NotFound, faults.Client, "Not Found"))
 	})
 	e.NoMethod(func(c *gin.Context) {
-		renderError(c, s.log, faults.New(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "Method Not Allowed").WithStatus(http.StatusMethodNotAllowed))
+		renderError(c, s.log, faults.New(faults.CodeMethodNotAllowed, faults.InvalidRequest, faults.Client, "Method Not Allowed"))
 	})
 	s.routes = append(append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...), s.uiRoutes()...)
 	for _, r := range s.routes {
@@ -154,7 +154,7 @@ func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 		if !r.public {
 			chain = append(chain, s.auth(r.ws))
 		}
-		chain = append(chain, s.wrap(r.handler))
+		chain = append(chain, s.wrap(r))
 		e.Handle(r.method, r.path, chain...)
 	}
 	return s, nil
@@ -166,10 +166,13 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // handlerFunc is a handler that returns its error instead of writing it.
 type handlerFunc func(c *gin.Context) error
 
-func (s *Server) wrap(h handlerFunc) gin.HandlerFunc {
+// wrap is r's gin handler: its handlerFunc, whose error it renders with
+// the route's statuses.
+func (s *Server) wrap(r route) gin.HandlerFunc {
+	h, statuses := r.handler, r.statuses
 	return func(c *gin.Context) {
 		if err := h(c); err != nil {
-			renderError(c, s.log, err)
+			renderErrorOn(c, s.log, err, statuses)
 		}
 	}
 }

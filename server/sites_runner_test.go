@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/client"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/runner"
 	"github.com/orchard/orchard/sites"
 	"github.com/orchard/orchard/tasks"

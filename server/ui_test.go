@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/browser"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // The dashboard's files are public and locked down; the data behind them

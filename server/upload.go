@@ -320,10 +320,10 @@ func (u *streamedUpload) content(before []jsonstream.Member, content io.Reader) 
 	return nil
 }
 
-// invalidBase64 is the content's failure as Orchard Env answers it: 500,
-// the error object saying what it is (ORCHARD_COMPAT §3.14).
+// invalidBase64 is the content's failure; the route answers it 500, as
+// Orchard Env does (fileStatus), the error object saying what it is.
 func invalidBase64(err error) error {
-	return faults.Of(err).WithStatus(http.StatusInternalServerError)
+	return faults.Of(err)
 }
 
 // abandon ends the agent's side of the upload, if it started, without

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 // demoExitTimeout bounds the demo's end once its output is gone: the

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // An interrupted exec (Ctrl-C) cancels its job: the remote command dies,

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // act and screenshot against a browser sandbox; both refuse a shell

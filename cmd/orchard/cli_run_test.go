@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/runner"
 	"github.com/orchard/orchard/sites"
 )

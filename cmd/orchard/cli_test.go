@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/api"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

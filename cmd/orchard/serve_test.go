@@ -11,8 +11,8 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
-	"github.com/orchard/orchard/internal/testenv"
-	"github.com/orchard/orchard/internal/testserver"
+	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
 type syncBuffer struct {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -131,6 +132,52 @@ func TestEpisodesDependencies(t *testing.T) {
 		for _, i := range p.Imports {
 			if i == "net/http" || strings.HasPrefix(i, "net/http/") {
 				t.Errorf("%s imports %s; HTTP is the server's", p.ImportPath, i)
+			}
+		}
+	}
+}
+
+// internal/ holds two levels. Its leaf libraries (failpoint, chromium,
+// jsonstream, ordered, ...) sit below everything else: they may import
+// faults and api and each other, nothing of the module above them. The
+// test harnesses under internal/testing sit above everything: they start
+// servers, runtimes and agents, so only tests may import them.
+const harnesses = mod + "internal/testing/"
+
+// leafMayImport are the module packages a leaf under internal/ may
+// depend on besides other leaves.
+var leafMayImport = []string{mod + "faults", mod + "api"}
+
+func TestInternalLeavesImportNothingAbove(t *testing.T) {
+	pkgs := goList(t, nil, "./internal/...")
+	leaves := 0
+	for _, p := range pkgs {
+		if !strings.HasPrefix(p.ImportPath, mod+"internal/") || strings.HasPrefix(p.ImportPath, harnesses) ||
+			p.ImportPath == mod+"internal/deptest" {
+			continue
+		}
+		leaves++
+		for _, d := range p.Deps {
+			if !strings.HasPrefix(d, mod) || (strings.HasPrefix(d, mod+"internal/") && !strings.HasPrefix(d, harnesses)) ||
+				slices.Contains(leafMayImport, d) {
+				continue
+			}
+			t.Errorf("%s depends on %s; a leaf of internal/ may import only faults, api and other leaves", p.ImportPath, d)
+		}
+	}
+	if leaves == 0 {
+		t.Fatal("go list found no leaf package under internal/")
+	}
+}
+
+func TestOnlyTestsImportTheHarnesses(t *testing.T) {
+	for _, p := range goList(t, nil, "./...") {
+		if strings.HasPrefix(p.ImportPath, harnesses) {
+			continue // testserver builds on testenv
+		}
+		for _, i := range p.Imports {
+			if strings.HasPrefix(i, harnesses) {
+				t.Errorf("%s imports the test harness %s in a non-test file", p.ImportPath, i)
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing/iotest"
 	"unicode/utf8"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // read runs a Reader that streams "content" and keeps "path" and "mode",

@@ -23,6 +23,7 @@ import (
 
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/failpoint"
+	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/runtime"
 )
 
@@ -319,7 +320,7 @@ const (
 // waitHealthy polls the agent's socket until GET /health answers 200, the
 // agent dies or ctx ends.
 func waitHealthy(ctx context.Context, sock string, w *watcher) error {
-	delay := healthPollMin
+	poll := retry.NewBackoff(healthPoll)
 	var last error
 	for {
 		if err := probeHealth(ctx, sock); err == nil {
@@ -330,6 +331,7 @@ func waitHealthy(ctx context.Context, sock string, w *watcher) error {
 		if _, dead := w.exited(); dead {
 			return fmt.Errorf("agent exited: %w", last)
 		}
+		delay, _ := poll.Next(last) // no Attempts or Budget: ctx bounds it
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -339,9 +341,12 @@ func waitHealthy(ctx context.Context, sock string, w *watcher) error {
 			t.Stop()
 		case <-t.C:
 		}
-		delay = min(delay*2, healthPollMax)
 	}
 }
+
+// healthPoll spaces waitHealthy's probes, from healthPollMin up to
+// healthPollMax.
+var healthPoll = retry.Policy{Initial: healthPollMin, Max: healthPollMax}
 
 func probeHealth(ctx context.Context, sock string) error {
 	var d net.Dialer

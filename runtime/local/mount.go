@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orchard/orchard/retry"
 )
 
 // mountOverlay mounts an overlay at target: lowers (top first) under a
@@ -69,22 +72,24 @@ func escapeOverlayPath(p string) string {
 
 // Unmount retries: a mount stays busy for a moment after the last process
 // in a sandbox dies, while the kernel tears down its mount namespace.
+// unmountRetry makes unmountTries attempts, unmountDelay apart on average
+// (each wait a random fraction of up to twice it), about half a second
+// in all.
 const (
 	unmountTries = 50
 	unmountDelay = 10 * time.Millisecond
 )
 
+var unmountRetry = retry.Policy{Attempts: unmountTries, Initial: 2 * unmountDelay, Max: 2 * unmountDelay,
+	Retryable: func(err error) bool { return errors.Is(err, unix.EBUSY) }}
+
 // unmount unmounts every mount stacked at target. Not mounted is success.
 func unmount(target string) error {
 	for range 8 { // mounts stacked on one another at target
-		var err error
-		for range unmountTries {
-			err = unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
-			if !errors.Is(err, unix.EBUSY) {
-				break
-			}
-			time.Sleep(unmountDelay)
-		}
+		res, _ := retry.Do(context.Background(), unmountRetry, func(context.Context, int) error {
+			return unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		})
+		err := res.LastErr() // unix.Unmount's own: the cases below test it
 		switch {
 		case err == nil:
 			continue

@@ -1,14 +1,18 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orchard/orchard/retry"
 )
 
 // runState keeps the state of live sandboxes (libcontainer's state
@@ -73,32 +77,51 @@ func openRunState(stateDir string, dirs []string, log *slog.Logger) (*runState, 
 		}
 		return r, nil
 	}
-	for attempt := 1; ; attempt++ {
+	res, err := retry.Do(context.Background(), runStateMountRetry, func(_ context.Context, attempt int) error {
 		// Shared, and converting it is not atomic: the exclusive lock
 		// below may have dropped it.
 		if err := flock(f, unix.LOCK_SH); err != nil {
-			f.Close()
-			return nil, err
+			return err
 		}
 		mountable := r.mountable()
 		if len(mountable) == 0 {
-			return r, nil
+			return nil
 		}
 		if attempt > runStateMountAttempts {
 			// Slower, as correct.
 			log.Warn("sandbox state stays on the state directory's filesystem", "dirs", mountable)
-			return r, nil
+			return nil
 		}
 		if flock(f, unix.LOCK_EX|unix.LOCK_NB) != nil {
-			continue // another Local uses the folders as they are
+			return errStateBusy // another Local uses the folders as they are
 		}
 		for _, d := range mountable {
 			if err := mountRunTmpfs(d); err != nil {
 				log.Warn("sandbox state stays on the state directory's filesystem", "dir", d, "err", err)
 			}
 		}
+		return errStateMounted
+	})
+	if err != nil {
+		f.Close()
+		return nil, res.LastErr() // flock's own error
 	}
+	return r, nil
 }
+
+// runStateMountRetry runs openRunState's attempts: runStateMountAttempts
+// to mount, and one more that only looks. A Local that finds another one
+// mounting waits on the shared lock; the waits here only space the
+// attempts that find the folders in use.
+var runStateMountRetry = retry.Policy{Attempts: runStateMountAttempts + 1, Initial: time.Millisecond, Max: 10 * time.Millisecond,
+	Retryable: func(err error) bool { return errors.Is(err, errStateBusy) || errors.Is(err, errStateMounted) }}
+
+// errStateBusy and errStateMounted send openRunState round again: to try
+// once more, or to look at what it mounted.
+var (
+	errStateBusy    = errors.New("sandbox state folders in use by another Local")
+	errStateMounted = errors.New("sandbox state folders mounted")
+)
 
 // inInitMountNamespace reports whether this process shares the mount
 // namespace of the host's init (pid 1), where mounts outlive it. When it

@@ -18,7 +18,7 @@ import (
 
 	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/api"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/runtime"
 )
 

@@ -13,6 +13,8 @@ import (
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/orchard/orchard/retry"
 )
 
 // teardownPoll is how often teardown re-checks that processes are gone.
@@ -167,17 +169,20 @@ func killCgroup(ctx context.Context, cm cgroups.Manager) error {
 }
 
 // destroy removes the container's state and cgroups, retrying while the
-// kernel finishes tearing down its processes.
+// kernel finishes tearing down its processes, until ctx ends.
 func destroy(ctx context.Context, c *libcontainer.Container) error {
+	again := retry.NewBackoff(destroyRetry)
 	for {
 		err := c.Destroy()
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if again.Wait(ctx, err) != nil {
 			return fmt.Errorf("destroy container: %w", err)
-		case <-time.After(teardownPoll):
 		}
 	}
 }
+
+// destroyRetry spaces destroy's attempts teardownPoll apart on average:
+// the kernel is done within milliseconds.
+var destroyRetry = retry.Policy{Initial: 2 * teardownPoll, Max: 2 * teardownPoll}

@@ -8,6 +8,7 @@ import (
 	"github.com/orchard/orchard/faults"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/store"
 )
 
@@ -30,6 +31,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	alive := make(chan struct{})
 	go func() { defer close(alive); m.keepAlive(ctx) }()
 	defer func() { <-alive }()
+	again := retry.NewBackoff(campaignRetry)
 	for ctx.Err() == nil {
 		err := store.Campaign(ctx, e, "cleanup", m.cfg.ReplicaID, leaderTTL, func(lctx context.Context) {
 			m.log.Info("cleanup: this replica leads", "replica", m.cfg.ReplicaID)
@@ -37,14 +39,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		})
 		if err != nil && ctx.Err() == nil {
 			m.log.Warn("cleanup: campaign", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(leaderTTL / 3):
-			}
+			_ = again.Wait(ctx, err) // no Attempts or Budget: ctx ends it
 		}
 	}
 	return nil
 }
+
+// campaignRetry spaces the campaigns of a replica whose campaign failed
+// (the store is out, mostly): up to leaderTTL/3, as a lease renews.
+var campaignRetry = retry.Policy{Initial: leaderTTL / 3, Max: leaderTTL / 3}
 
 // leaderTTL bounds how long cleanup pauses when its leader dies.
 const leaderTTL = 30 * time.Second
@@ -202,7 +205,7 @@ func unixTime(f float64) time.Time {
 // with a shutting-down cause, and waits for background work up to ctx.
 // Sandboxes themselves are left running: the next server re-attaches.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.stopOnce.Do(func() { close(m.stopping) })
+	m.stopOnce.Do(func() { close(m.stopping); m.stopCancel() })
 	done := make(chan struct{})
 	go func() { m.bg.Wait(); close(done) }()
 	select {

@@ -16,6 +16,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/failpoint"
+	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/store"
 )
@@ -209,12 +210,13 @@ func (m *Manager) Exec(ctx context.Context, id string, p ExecParams) (api.Job, e
 }
 
 // awaitAgent is the live readiness gate of exec: wait up to
-// AgentReadyWait for a pending sandbox; 404 "agent not ready" otherwise.
+// AgentReadyWait for a pending sandbox; "agent not ready" otherwise (which
+// the server answers 404, as Orchard Env).
 func (m *Manager) awaitAgent(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
 	if rec.Ready && rec.Status == api.StatusReady && rec.AgentAddr != "" {
 		return rec, nil
 	}
-	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID).WithStatus(404)
+	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID)
 	if rec.Status != api.StatusPending {
 		notReady.Retryable = false
 		return rec, notReady
@@ -566,8 +568,7 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 		faults.New(faults.CodeExecTimeout, faults.Timeout, faults.Sandbox, "Execution timed out after "+strconv.Itoa(req.TimeoutSeconds)+"s"))
 	defer cancel()
 	a := m.agent(rec.AgentAddr)
-	deadline := time.Now().Add(m.cfg.ExecConnectRetryWindow)
-	backoff := 500 * time.Millisecond
+	b := retry.NewBackoff(retry.Policy{Budget: m.cfg.ExecConnectRetryWindow, Initial: execRetryInitial, Max: execRetryMax})
 	for {
 		exit, err := a.Exec(ctx, req, onEvent)
 		if err == nil {
@@ -589,7 +590,8 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 			}
 			return exit, err
 		}
-		if time.Now().After(deadline) {
+		wait, ok := b.Next(err)
+		if !ok { // the connect-retry window is spent
 			return exit, err
 		}
 		if inst, ierr := m.rt.Inspect(ctx, rec.ID); ierr != nil || !inst.Alive {
@@ -600,14 +602,20 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 			}
 			return exit, err
 		}
-		select {
-		case <-time.After(jitter(backoff)):
-		case <-ctx.Done():
-			return exit, context.Cause(ctx)
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return exit, err
 		}
-		backoff = min(backoff*2, 8*time.Second)
 	}
 }
+
+// Backoff of execWithRetry: an agent that is restarting answers again
+// within a second; one that stays away is waited for more rarely. A
+// Backoff within the connect-retry window rather than retry.Do, whose
+// Budget would cancel a command that runs longer than the window.
+const (
+	execRetryInitial = 500 * time.Millisecond
+	execRetryMax     = 8 * time.Second
+)
 
 // delivered reports whether a failed exec had reached the agent (the
 // agent client marks such errors), so that its command may have run.

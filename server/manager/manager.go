@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -175,8 +174,12 @@ type Manager struct {
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
-	stopOnce sync.Once
-	now      func() time.Time
+	// stopCtx ends when stopping is closed (stopCancel, with it), for
+	// waits that take a context.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	stopOnce   sync.Once
+	now        func() time.Time
 }
 
 // New returns a manager. dial returns the agent client for an address; it
@@ -190,6 +193,7 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial Dialer, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
+	stopCtx, stopCancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg: cfg, rt: rt, st: st, dial: dial, log: log,
 		creates:  make(chan struct{}, cfg.MaxConcurrentCreates),
@@ -199,7 +203,10 @@ func New(cfg Config, rt runtime.Runtime, st store.Store, dial Dialer, log *slog.
 		deleting: map[string]chan struct{}{},
 		jobs:     map[string]map[string]context.CancelCauseFunc{},
 		stopping: make(chan struct{}),
+		stopCtx:  stopCtx,
 		now:      time.Now,
+		// Shutdown calls it, with closing stopping.
+		stopCancel: stopCancel,
 	}
 }
 
@@ -316,14 +323,17 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		CPU: p.CPU, Memory: p.Memory, EphemeralStorage: p.EphemeralStorage, CreatedAt: m.unix(), Status: api.StatusPending,
 		CreationTimeout: p.Timeout, TTLSeconds: p.TTLSeconds, Labels: p.Labels, Env: p.Env,
 	}
-	for attempt := 0; ; attempt++ {
-		err = m.st.CreateSandbox(ctx, rec)
-		if err == nil || !generated || !faults.Is(err, faults.CodeSandboxExists) || attempt > 3 {
-			break
+	ids := idRetry
+	ids.Retryable = func(err error) bool { return generated && faults.Is(err, faults.CodeSandboxExists) }
+	if res, err := retry.Do(ctx, ids, func(ctx context.Context, attempt int) error {
+		if attempt > 1 { // the generated id was taken: draw another
+			rec.ID = uuid.NewString()[:8]
 		}
-		rec.ID = uuid.NewString()[:8]
-	}
-	if err != nil {
+		return m.st.CreateSandbox(ctx, rec)
+	}); err != nil {
+		if last := res.LastErr(); last != nil {
+			err = last // the store's error as it gave it
+		}
 		return store.Sandbox{}, err
 	}
 	spec := runtime.Spec{
@@ -407,6 +417,11 @@ func (m *Manager) afterDelete(ctx context.Context, id string) error {
 		return context.Cause(ctx)
 	}
 }
+
+// idRetry draws a new id for a create whose generated id is taken, up to
+// five times in all. A new id needs no wait: the millisecond only keeps
+// the policy's spacing negligible.
+var idRetry = retry.Policy{Attempts: 5, Initial: time.Millisecond, Max: time.Millisecond}
 
 // createRetry retries a create the runtime refused for capacity (a full
 // machine frees up as other sandboxes end) inside the create's deadline.
@@ -540,10 +555,11 @@ next:
 	return out, nil
 }
 
-// errWaitTimeout is Wait's 408 when the sandbox did not become ready in time.
+// errWaitTimeout is Wait's error when the sandbox did not become ready in
+// time (the server answers it 408, as Orchard Env).
 func errWaitTimeout(id string, timeout int) *faults.Error {
 	return faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox,
-		"Sandbox %s did not become ready within %ds", id, timeout).WithStatus(408)
+		"Sandbox %s did not become ready within %ds", id, timeout)
 }
 
 // Wait blocks until the sandbox is ready, failed or gone, or timeout passes.
@@ -650,14 +666,15 @@ func (m *Manager) Heartbeat(ctx context.Context, id string) error {
 func (m *Manager) agent(addr string) Agent { return m.dial(addr) }
 
 // readyAgent returns the agent of a sandbox whose stored record is ready
-// (the files gate of ORCHARD_COMPAT §3.14: 400 when not ready).
+// (the files gate of ORCHARD_COMPAT §3.14; the server answers its refusal
+// 400 on the file routes).
 func (m *Manager) readyAgent(ctx context.Context, id string) (Agent, error) {
 	rec, err := m.st.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if !rec.Ready || rec.AgentAddr == "" {
-		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id).WithStatus(400)
+		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
 	}
 	return m.agent(rec.AgentAddr), nil
 }
@@ -669,7 +686,7 @@ func (m *Manager) Upload(ctx context.Context, id string, req api.UploadRequest) 
 		return api.UploadResult{}, err
 	}
 	res, err := a.Upload(ctx, req)
-	return res, compatFileStatus(err)
+	return res, err
 }
 
 // UploadFrom writes a file into the sandbox from content, the file's
@@ -683,7 +700,7 @@ func (m *Manager) UploadFrom(ctx context.Context, id, path string, content io.Re
 		return api.UploadResult{}, err
 	}
 	res, err := a.UploadFrom(ctx, path, content, mode)
-	return res, compatFileStatus(err)
+	return res, err
 }
 
 // CheckUpload returns the error an upload to sandbox id meets before it
@@ -700,7 +717,7 @@ func (m *Manager) Download(ctx context.Context, id, path string) (io.ReadCloser,
 		return nil, err
 	}
 	body, err := a.OpenDownload(ctx, path)
-	return body, compatFileStatus(err)
+	return body, err
 }
 
 // ListFiles lists a directory of the sandbox.
@@ -710,23 +727,7 @@ func (m *Manager) ListFiles(ctx context.Context, id, path string) (api.FileList,
 		return api.FileList{}, err
 	}
 	res, err := a.List(ctx, path)
-	return res, compatFileStatus(err)
-}
-
-// compatFileStatus gives the file errors that Orchard Env answers with a
-// 500 (ORCHARD_COMPAT §3.14–3.16: a directory where a file is expected and
-// the reverse, invalid base64) that status; the error object keeps their
-// real class (invalid_request).
-func compatFileStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	f := faults.Of(err)
-	switch f.Code {
-	case faults.CodeIsDirectory, faults.CodeNotDirectory, faults.CodeInvalidBase64:
-		f.Status = 500
-	}
-	return err
+	return res, err
 }
 
 // Agent returns the agent of a ready sandbox, for the calls the server
@@ -769,33 +770,31 @@ func (m *Manager) ApplyPatch(ctx context.Context, id, patch string, timeout int)
 	return api.PatchResult{Success: code == 0, Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: &code}, nil
 }
 
-// jitter returns d scaled by a random factor in [1, 1.3).
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)*3/10+1))
-}
-
 // outageWindow bounds how long throughOutage retries: the writes it
 // carries are ones nothing else will ever make (a create's outcome moves
 // its record out of pending; a job's final state ends it while its runner
 // lives), so giving up early leaves them undone for good.
 const outageWindow = 30 * time.Second
 
+// outageRetry spaces the writes of throughOutage: a store failing over
+// comes back within a second or two; the Budget is outageWindow.
+var outageRetry = retry.Policy{Budget: outageWindow, Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+
 // throughOutage runs write until it does not fail with a store outage,
 // retrying with backoff for up to outageWindow or until the manager stops.
+// The first write is made even when the manager is stopping: a create
+// that ends during shutdown still records its outcome. A Backoff rather
+// than retry.Do, whose canceled context would skip it.
 func (m *Manager) throughOutage(write func() error) error {
-	deadline := time.Now().Add(outageWindow)
-	backoff := 50 * time.Millisecond
+	b := retry.NewBackoff(outageRetry)
 	for {
 		err := write()
-		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) || time.Now().After(deadline) {
+		if err == nil || !faults.Is(err, faults.CodeStoreUnavailable) {
 			return err
 		}
-		select {
-		case <-time.After(jitter(backoff)):
-		case <-m.stopping:
+		if b.Wait(m.stopCtx, err) != nil { // out of time, or stopping
 			return err
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 

@@ -3,7 +3,6 @@ package manager
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"strconv"
 
 	"github.com/orchard/orchard/faults"
@@ -42,11 +41,22 @@ func (m *Manager) ephemeralStorage(q string, asked bool) (int64, error) {
 	return n, nil
 }
 
-// invalidStorage is a 422, as the server's other field validations.
+// invalidStorage refuses the ephemeral_storage field (the server answers
+// it 422, as its own field validations).
 func invalidStorage(format string, a ...any) error {
-	return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, format, a...).
-		WithStatus(http.StatusUnprocessableEntity)
+	return faults.Wrap(FieldRefusal{Field: "ephemeral_storage"}, faults.CodeValidation, faults.InvalidRequest, faults.Client,
+		fmt.Sprintf(format, a...))
 }
+
+// FieldRefusal is the internal cause of a validation error the manager
+// gives for a field of a create that it refuses (one the server cannot
+// check alone, such as a size the host has no room for): the request was
+// well formed, this field's value is not acceptable.
+type FieldRefusal struct {
+	Field string // the field of api.CreateSandboxRequest, as in JSON
+}
+
+func (r FieldRefusal) Error() string { return "refused field " + r.Field }
 
 // formatBytes writes n as a binary quantity ("1.5Gi").
 func formatBytes(n int64) string {

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/retry"
 )
 
 const (
@@ -156,7 +157,7 @@ func (b *subscriber) unsubscribe(channel string, sub *subscription) {
 // off while that fails, and wakes every subscriber once it works again.
 func (b *subscriber) loop() {
 	defer close(b.done)
-	backoff := minBackoff
+	reconnect := retry.NewBackoff(retry.Policy{Initial: minBackoff, Max: maxBackoff})
 	pinged := false // a health ping is unanswered
 	for {
 		b.mu.Lock()
@@ -179,15 +180,13 @@ func (b *subscriber) loop() {
 				b.replace(errors.New("health ping unanswered"))
 			}
 			b.lost(err)
-			select {
-			case <-b.ctx.Done():
+			if reconnect.Wait(b.ctx, err) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		backoff, pinged = minBackoff, false
+		reconnect.Reset()
+		pinged = false
 		b.mu.Lock()
 		if b.broken {
 			b.broken = false

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"sort"
 	"strings"
@@ -41,6 +40,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/failpoint"
+	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/store"
 )
 
@@ -255,17 +255,17 @@ func (s *Store) update(ctx context.Context, body func(tx *goredis.Tx) error, key
 	return errBusy(keys[len(keys)-1])
 }
 
-// raceBackoff waits before retrying an update that another writer won:
-// jittered and growing a little, so racing writers spread out.
+// raceBackoff waits before retrying an update that another writer won
+// after attempt (counted from 0) lost: jittered and growing a little, so
+// racing writers spread out.
 func raceBackoff(ctx context.Context, attempt int) error {
-	d := time.Duration(rand.Int64N(int64(time.Millisecond) * int64(1+min(attempt, 10))))
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-time.After(d):
-		return nil
-	}
+	return retry.Sleep(ctx, txRace.Delay(attempt))
 }
+
+// txRace spaces the attempts of an optimistic update: a race lost to
+// another writer is over within the time of one round trip, so the waits
+// stay within a few milliseconds; maxTxAttempts bounds them.
+var txRace = retry.Policy{Initial: time.Millisecond, Max: 11 * time.Millisecond}
 
 // errBusy is the answer to an update of key that lost every race.
 func errBusy(key string) error {

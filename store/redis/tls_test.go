@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/faults"
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/store"
 	"github.com/orchard/orchard/store/redis"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchard/orchard/internal/testenv"
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // processStartTimeout bounds a server process's start: re-exec sealed,
