@@ -481,16 +481,14 @@ type episodePage struct {
 func (p episodePage) URL() string { return p.url }
 
 func (p episodePage) Eval(ctx context.Context, expr string) (json.RawMessage, error) {
-	status, raw, err := p.s.agentCall(ctx, p.sandboxID, "/browser/evaluate", map[string]string{"expression": expr})
+	status, raw, err := p.s.agentCall(ctx, p.sandboxID, "/browser/evaluate", api.EvaluateRequest{Expression: expr})
 	if err != nil {
 		return nil, err
 	}
 	if status != http.StatusOK {
 		return nil, envelopeError(status, raw)
 	}
-	var v struct {
-		Value json.RawMessage `json:"value"`
-	}
+	var v api.EvaluateResult
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, err
 	}
