@@ -85,7 +85,7 @@ func (s *Server) OpenAPI() map[string]any {
 		item[strings.ToLower(r.method)] = op
 	}
 	describeLimits(schemas, s.mgr.Limits())
-	describeBrowserPath(schemas)
+	describeGUIActions(schemas)
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info":    map[string]any{"title": "Orchard", "version": Version},
@@ -257,17 +257,22 @@ func describeLimits(schemas map[string]any, l manager.Limits) {
 	set("memory", mem+`; absent, null or "": DEFAULT_MEMORY`)
 }
 
-// describeBrowserPath adds BrowserAction's "path", which its MarshalJSON
-// writes from Points (drag) or File (upload_file).
-func describeBrowserPath(schemas map[string]any) {
-	act, _ := schemas["BrowserAction"].(map[string]any)
-	props, _ := act["properties"].(map[string]any)
-	if props == nil {
-		return
+// describeGUIActions adds what the action types' JSON methods and the
+// desktop's parser do beyond their fields: BrowserAction's "path", which
+// its MarshalJSON writes from Points (drag) or File (upload_file), and the
+// other forms a desktop request may take.
+func describeGUIActions(schemas map[string]any) {
+	if act, _ := schemas["BrowserAction"].(map[string]any); act != nil {
+		props, _ := act["properties"].(map[string]any)
+		point := map[string]any{"type": "array", "items": map[string]any{"type": "number"}, "minItems": 2, "maxItems": 2}
+		props["path"] = map[string]any{"description": "drag: the points [[x,y],...]; upload_file: a file in the sandbox",
+			"oneOf": []any{map[string]any{"type": "array", "items": point}, map[string]any{"type": "string"}}}
 	}
-	point := map[string]any{"type": "array", "items": map[string]any{"type": "number"}, "minItems": 2, "maxItems": 2}
-	props["path"] = map[string]any{"description": "drag: the points [[x,y],...]; upload_file: a file in the sandbox",
-		"oneOf": []any{map[string]any{"type": "array", "items": point}, map[string]any{"type": "string"}}}
+	if req, _ := schemas["DesktopActionsRequest"].(map[string]any); req != nil {
+		req["description"] = "The normalised form. The endpoint also reads {\"action\": {...}}, a bare action, or a JSON list of actions, " +
+			"and each action in Anthropic's computer-use form ({\"action\": \"left_click\", \"coordinate\": [x, y]}) or OpenAI's " +
+			"(click, move, keypress {keys: [...]}, scroll {scroll_x, scroll_y}); desktop/ACTIONS.md maps them."
+	}
 }
 
 func (s *Server) openapi(c *gin.Context) error {
