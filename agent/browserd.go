@@ -153,7 +153,7 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /browser/actions", func(w http.ResponseWriter, r *http.Request) {
-		var req browser.Request
+		var req api.BrowserActionsRequest
 		if err := decodeJSON(w, r, 16<<20, &req); err != nil {
 			fail(w, err)
 			return
@@ -262,8 +262,8 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 }
 
 // observeOptions reads API.md's observation query parameters.
-func observeOptions(q url.Values, defShot string) (browser.ObserveOptions, error) {
-	o := browser.ObserveOptions{Screenshot: q.Get("screenshot")}
+func observeOptions(q url.Values, defShot string) (api.Observe, error) {
+	o := api.Observe{Screenshot: q.Get("screenshot")}
 	if o.Screenshot == "" {
 		o.Screenshot = defShot
 	}

@@ -90,6 +90,7 @@ func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 			fail(w, faults.Wrap(err, faults.CodeTooLarge, faults.TooLarge, faults.Client, "request body too large"))
 			return
 		}
+		// api.DesktopActionsRequest, read in any of the desktop's dialects.
 		req, err := desktop.ParseRequest(body)
 		if err != nil {
 			fail(w, err)

@@ -41,21 +41,23 @@ type CreateEpisodeRequest struct {
 	// Observe chooses the parts of each observation; nil means the
 	// server's default (a JPEG screenshot, and in a browser the set-of-marks
 	// elements).
-	Observe          map[string]any `json:"observe,omitempty"`
-	MaxSteps         int            `json:"max_steps,omitempty" openapi:"minimum=0" doc:"0: the task's, else the default"`
-	StepTimeoutMS    int            `json:"step_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
-	EpisodeTimeoutMS int            `json:"episode_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
+	Observe          *Observe `json:"observe,omitempty"`
+	MaxSteps         int      `json:"max_steps,omitempty" openapi:"minimum=0" doc:"0: the task's, else the default"`
+	StepTimeoutMS    int      `json:"step_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
+	EpisodeTimeoutMS int      `json:"episode_timeout_ms,omitempty" openapi:"minimum=0" doc:"milliseconds; 0: the default"`
 	// Record is whether the episode is recorded; nil means yes.
 	Record *bool `json:"record,omitempty"`
 }
 
 // StepRequest is the body of POST /episodes/{id}/step: one action, or a
 // list run in order, and optionally other observation settings than the
-// episode's. The actions are browser or desktop action objects.
+// episode's. The actions are the episode's kind's action objects
+// (BrowserAction; DesktopAction in any of its dialects), passed to the
+// sandbox as the policy sent them: the sandbox reads and validates them.
 type StepRequest struct {
-	Action  json.RawMessage   `json:"action"`
-	Actions []json.RawMessage `json:"actions,omitempty"`
-	Observe map[string]any    `json:"observe,omitempty"`
+	Action  json.RawMessage   `json:"action" doc:"one action object of the episode's kind (BrowserAction or DesktopAction)"`
+	Actions []json.RawMessage `json:"actions,omitempty" doc:"action objects of the episode's kind (BrowserAction or DesktopAction), run in order"`
+	Observe *Observe          `json:"observe,omitempty"`
 }
 
 // StepInfo is the info of a step: its number, the classified error of its
@@ -70,7 +72,7 @@ type StepInfo struct {
 // StepResult is the answer of POST /episodes/{id}/step. Observation is the
 // browser's or desktop's observation as its daemon gave it.
 type StepResult struct {
-	Observation json.RawMessage `json:"observation"`
+	Observation StepObservation `json:"observation"`
 	Done        bool            `json:"done"`
 	Info        StepInfo        `json:"info"`
 }
@@ -96,34 +98,53 @@ type Attribution struct {
 	Step int `json:"step"`
 }
 
+// Evaluation is the evaluator's score of an episode (evaluate.Result).
+type Evaluation struct {
+	Success bool    `json:"success"`
+	Reward  float64 `json:"reward"`
+	// Type is the task's eval type (answer_match, url_match, ...).
+	Type string `json:"type"`
+	// Details are what the eval compared; their fields depend on its type.
+	Details map[string]any `json:"details,omitempty"`
+	Judge   *JudgeVerdict  `json:"judge,omitempty"`
+}
+
+// JudgeVerdict is what a judge eval's model decided, with its raw replies
+// kept for audit.
+type JudgeVerdict struct {
+	KeyPoints []string `json:"key_points"`
+	Verdict   string   `json:"verdict" doc:"success or failure"`
+	Raw       []string `json:"raw"`
+}
+
 // EpisodeResult is the answer of POST /episodes/{id}/finish. Evaluation is
-// the evaluator's verdict (evaluate.Result) or null.
+// the evaluator's verdict, or null when none was reached.
 type EpisodeResult struct {
-	EpisodeID   string          `json:"episode_id"`
-	Outcome     string          `json:"outcome"` // success, failure, env_error
-	Reward      *float64        `json:"reward"`
-	Evaluation  json.RawMessage `json:"evaluation"`
-	Attribution *Attribution    `json:"attribution"`
-	Steps       int             `json:"steps"`
-	Answer      string          `json:"answer"`
-	RecordingID string          `json:"recording_id"`
+	EpisodeID   string       `json:"episode_id"`
+	Outcome     string       `json:"outcome"` // success, failure, env_error
+	Reward      *float64     `json:"reward"`
+	Evaluation  *Evaluation  `json:"evaluation"`
+	Attribution *Attribution `json:"attribution"`
+	Steps       int          `json:"steps"`
+	Answer      string       `json:"answer"`
+	RecordingID string       `json:"recording_id"`
 }
 
 // EpisodeStatus is the answer of GET /episodes/{id}.
 type EpisodeStatus struct {
-	EpisodeID   string          `json:"episode_id"`
-	SandboxID   string          `json:"sandbox_id"`
-	TaskID      string          `json:"task_id"`
-	Kind        string          `json:"kind"`   // KindBrowser or KindDesktop
-	Status      string          `json:"status"` // running, done, finished, aborted
-	Steps       int             `json:"steps"`
-	Outcome     string          `json:"outcome,omitempty"`
-	Reward      *float64        `json:"reward,omitempty"`
-	Answer      string          `json:"answer,omitempty"`
-	Attribution *Attribution    `json:"attribution,omitempty"`
-	Evaluation  json.RawMessage `json:"evaluation,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	RecordingID string          `json:"recording_id,omitempty"`
+	EpisodeID   string       `json:"episode_id"`
+	SandboxID   string       `json:"sandbox_id"`
+	TaskID      string       `json:"task_id"`
+	Kind        string       `json:"kind"`   // KindBrowser or KindDesktop
+	Status      string       `json:"status"` // running, done, finished, aborted
+	Steps       int          `json:"steps"`
+	Outcome     string       `json:"outcome,omitempty"`
+	Reward      *float64     `json:"reward,omitempty"`
+	Answer      string       `json:"answer,omitempty"`
+	Attribution *Attribution `json:"attribution,omitempty"`
+	Evaluation  *Evaluation  `json:"evaluation,omitempty"`
+	CreatedAt   time.Time    `json:"created_at"`
+	RecordingID string       `json:"recording_id,omitempty"`
 }
 
 // EpisodeSummary is one episode of GET /episodes.

@@ -2,8 +2,6 @@ package browser
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/url"
 	"time"
 
@@ -36,59 +34,9 @@ const (
 	ActAnswer       = "answer"
 )
 
-// Action is one step an agent asks for. Type selects the action; the other
-// fields are its arguments (API.md lists which belong to which):
-//
-//	navigate {url}                 click {x,y | element | selector, button, clicks}
-//	double_click, hover {x,y | element | selector}
-//	type {text, element?, selector?, clear?}   key {keys: "Enter" | "Control+a"}
-//	scroll {x?,y?, dx, dy | element}           drag {path: [[x,y],...]}
-//	select_option {element|selector, value}    upload_file {element|selector, path}
-//	back, forward, reload, new_tab {url?}, switch_tab {index}, close_tab {index?}
-//	wait {ms | until: "load"|"networkidle"|"settled"}
-//	dialog {accept, text?}         answer {text}
-//
-// x, y, dx, dy and path are screenshot pixels of the observation named by
-// Frame, or of the tab's latest observation.
-type Action struct {
-	Type string `json:"type"`
-
-	URL      string   `json:"url,omitempty"`
-	X        *float64 `json:"x,omitempty"`
-	Y        *float64 `json:"y,omitempty"`
-	Element  *int     `json:"element,omitempty"`
-	Selector string   `json:"selector,omitempty"`
-	// Button is left (default), right, middle, back or forward.
-	Button string `json:"button,omitempty"`
-	// Clicks is the click count (default 1; double_click makes it 2).
-	Clicks int    `json:"clicks,omitempty"`
-	Text   string `json:"text,omitempty"`
-	Clear  bool   `json:"clear,omitempty"`
-	// Keys is a chord ("Control+a") or chords separated by spaces
-	// ("Tab Tab Enter").
-	Keys  string  `json:"keys,omitempty"`
-	DX    float64 `json:"dx,omitempty"`
-	DY    float64 `json:"dy,omitempty"`
-	Value string  `json:"value,omitempty"`
-	// Points is drag's "path": [[x,y],...].
-	Points [][2]float64 `json:"-"`
-	// File is upload_file's "path": a file inside the sandbox.
-	File  string `json:"-"`
-	Index *int   `json:"index,omitempty"`
-	MS    int    `json:"ms,omitempty"`
-	Until string `json:"until,omitempty"`
-	// Accept answers a dialog (default true).
-	Accept *bool `json:"accept,omitempty"`
-
-	// Frame is the observation frame the coordinates were computed on.
-	Frame *int64 `json:"frame,omitempty"`
-	// Strict refuses the action (action.stale_frame) when Frame is not the
-	// tab's latest observation of the current page.
-	Strict bool `json:"strict,omitempty"`
-	// Retry overrides the session's navigation retry policy for this
-	// navigate, reload, back or forward.
-	Retry *RetryPolicy `json:"retry,omitempty"`
-}
+// Action is one step an agent asks for (api.BrowserAction lists the
+// types and their arguments).
+type Action = api.BrowserAction
 
 // RetryPolicy is the wire form of a page-load retry policy (per session:
 // Options.NavigationRetry; per action: Action.Retry).
@@ -117,72 +65,8 @@ func isLoad(typ string) bool {
 	return false
 }
 
-// actionJSON is Action without its methods, plus "path", whose type
-// depends on the action (points for drag, a file for upload_file).
-type actionJSON struct {
-	*actionAlias
-	Path json.RawMessage `json:"path,omitempty"`
-}
-
-type actionAlias Action
-
-// UnmarshalJSON reads "path" as drag points or as an upload file.
-func (a *Action) UnmarshalJSON(b []byte) error {
-	aux := actionJSON{actionAlias: (*actionAlias)(a)}
-	if err := json.Unmarshal(b, &aux); err != nil {
-		return err
-	}
-	if len(aux.Path) == 0 || string(aux.Path) == "null" {
-		return nil
-	}
-	if aux.Path[0] == '"' {
-		return json.Unmarshal(aux.Path, &a.File)
-	}
-	var pts [][]float64
-	if err := json.Unmarshal(aux.Path, &pts); err != nil {
-		return fmt.Errorf("path: want [[x,y],...] or a file path: %w", err)
-	}
-	a.Points = make([][2]float64, len(pts))
-	for i, p := range pts {
-		if len(p) != 2 {
-			return fmt.Errorf("path[%d]: want [x,y]", i)
-		}
-		a.Points[i] = [2]float64{p[0], p[1]}
-	}
-	return nil
-}
-
-// MarshalJSON writes Points or File as "path".
-func (a Action) MarshalJSON() ([]byte, error) {
-	aux := actionJSON{actionAlias: (*actionAlias)(&a)}
-	var err error
-	switch {
-	case a.Points != nil:
-		aux.Path, err = json.Marshal(a.Points)
-	case a.File != "":
-		aux.Path, err = json.Marshal(a.File)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(aux)
-}
-
 // Result is the outcome of one action.
-type Result struct {
-	Type  string       `json:"type"`
-	OK    bool         `json:"ok"`
-	Error *faults.Info `json:"error,omitempty"`
-	// DurationMS is the action's time including its settle wait.
-	DurationMS float64 `json:"duration_ms"`
-	// Injected is the fault a fault plan injected into this action, with
-	// the attribution a correct system gives it.
-	Injected *faults.Truth `json:"injected,omitempty"`
-	// Attempts is how many times a page load was tried (with a retry
-	// policy); Retries lists every attempt when there was more than one.
-	Attempts int             `json:"attempts,omitempty"`
-	Retries  []retry.Attempt `json:"retries,omitempty"`
-}
+type Result = api.BrowserActionResult
 
 // Do runs actions in order on the active tab and stops at the first that
 // fails. It returns one Result per action run: all of them, or up to and
@@ -211,11 +95,11 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 		} else {
 			err = attempt(ctx, 1)
 		}
-		r := Result{Type: a.Type, OK: err == nil, DurationMS: msSince(start), Injected: injected}
+		r := Result{ActionResult: api.ActionResult{Type: a.Type, OK: err == nil, DurationMS: msSince(start)}, Injected: injected}
 		if n := tries.Count(); n > 0 {
 			r.Attempts = n
 			if n > 1 {
-				r.Retries = tries.Attempts
+				r.Retries = retries(tries.Attempts)
 			}
 		}
 		if err != nil {
@@ -227,6 +111,17 @@ func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 		s.log.Debug("action failed", "type", a.Type, "code", fe.Code, "category", fe.Category, "source", fe.Source, "error", fe)
 	})
 }
+
+// retries is the wire form of a page load's attempts.
+func retries(l []retry.Attempt) []api.RetryAttempt {
+	out := make([]api.RetryAttempt, len(l))
+	for i, a := range l {
+		out[i] = api.RetryAttempt{N: a.N, Error: a.Err, DurationMS: durationMS(a.Duration), WaitMS: durationMS(a.Wait)}
+	}
+	return out
+}
+
+func durationMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (s *Session) retryPolicy(a Action) retry.Policy {
 	p := retryPolicy(s.opts.NavigationRetry)

@@ -7,20 +7,16 @@ import (
 	"strings"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
+
+	"github.com/orchard/orchard/api"
 )
 
 // Download is a file the browser downloaded or is downloading.
-type Download struct {
-	// Name is the file name the site suggested, as saved.
-	Name string `json:"name"`
-	// Path is where the file is on disk: DownloadDir/Name once completed.
-	Path string `json:"path"`
-	// Size is the number of bytes received so far.
-	Size int64 `json:"size"`
-	// State is in_progress, completed or canceled.
-	State string `json:"state"`
-	URL   string `json:"url,omitempty"`
+type Download = api.Download
 
+// download is a Download and the GUID Chromium tracks it by.
+type download struct {
+	Download
 	guid string
 }
 
@@ -37,7 +33,7 @@ func (s *Session) Downloads() []Download {
 	defer s.mu.Unlock()
 	out := make([]Download, len(s.downloads))
 	for i, d := range s.downloads {
-		out[i] = *d
+		out[i] = d.Download
 	}
 	return out
 }
@@ -46,20 +42,19 @@ func (s *Session) downloadBegin(ev *cdpbrowser.EventDownloadWillBegin) {
 	name := safeName(ev.SuggestedFilename)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.downloads = append(s.downloads, &Download{
+	s.downloads = append(s.downloads, &download{Download: Download{
 		Name:  name,
 		Path:  filepath.Join(s.opts.DownloadDir, ev.GUID),
 		State: DownloadInProgress,
 		URL:   ev.URL,
-		guid:  ev.GUID,
-	})
+	}, guid: ev.GUID})
 }
 
 // downloadProgress updates a download. A completed file is renamed from
 // the GUID Chromium saves it under to its suggested name (made unique).
 func (s *Session) downloadProgress(ev *cdpbrowser.EventDownloadProgress) {
 	s.mu.Lock()
-	var d *Download
+	var d *download
 	for _, x := range s.downloads {
 		if x.guid == ev.GUID {
 			d = x

@@ -24,70 +24,22 @@ import (
 type ObserveOptions = api.Observe
 
 // Observation is what the agent sees of the active tab.
-type Observation struct {
-	// Frame identifies this observation; actions may name it.
-	Frame int64 `json:"frame"`
-	// Scale is screenshot pixels per CSS pixel.
-	Scale    float64       `json:"scale"`
-	URL      string        `json:"url"`
-	Title    string        `json:"title"`
-	Tabs     []Tab         `json:"tabs"`
-	Viewport ViewportState `json:"viewport"`
-	// Screenshot is nil when none was asked for or a dialog blocks it.
-	Screenshot *Screenshot `json:"screenshot,omitempty"`
-	AXTree     string      `json:"axtree,omitempty"`
-	// Elements are the interactive elements in view; ids are valid for
-	// actions until the page changes.
-	Elements  []Element     `json:"elements,omitempty"`
-	Text      string        `json:"text,omitempty"`
-	Dialog    *Dialog       `json:"dialog,omitempty"`
-	Downloads []Download    `json:"downloads"`
-	Timing    ObserveTiming `json:"timing"`
-}
+type Observation = api.BrowserObservation
 
 // ViewportState is the viewport and the page under it, in CSS pixels.
-type ViewportState struct {
-	Width      int     `json:"width"`
-	Height     int     `json:"height"`
-	ScrollX    float64 `json:"scroll_x"`
-	ScrollY    float64 `json:"scroll_y"`
-	PageWidth  float64 `json:"page_width"`
-	PageHeight float64 `json:"page_height"`
-}
+type ViewportState = api.ViewportState
 
 // Screenshot is an encoded image; Data is base64 in JSON.
-type Screenshot struct {
-	Format string `json:"format"`
-	Data   []byte `json:"data"`
-	Width  int    `json:"width"`
-	Height int    `json:"height"`
-}
+type Screenshot = api.Screenshot
 
-// Element is one set-of-marks element. BBox is [x, y, w, h] in screenshot
-// pixels of the observation.
-type Element struct {
-	ID   int        `json:"id"`
-	Role string     `json:"role"`
-	Name string     `json:"name"`
-	BBox [4]float64 `json:"bbox"`
-}
+// Element is one set-of-marks element.
+type Element = api.Element
 
 // Dialog is an open JavaScript dialog.
-type Dialog struct {
-	// Type is alert, confirm, prompt or beforeunload.
-	Type          string `json:"type"`
-	Message       string `json:"message"`
-	DefaultPrompt string `json:"default_prompt,omitempty"`
-	URL           string `json:"url,omitempty"`
-}
+type Dialog = api.Dialog
 
 // ObserveTiming says where an observation's time went, in milliseconds.
-type ObserveTiming struct {
-	TotalMS      float64 `json:"total_ms"`
-	PageMS       float64 `json:"page_ms"`
-	ScreenshotMS float64 `json:"screenshot_ms"`
-	MarksMS      float64 `json:"marks_ms,omitempty"`
-}
+type ObserveTiming = api.ObserveTiming
 
 // pageState is the page library's observe answer.
 type pageState struct {

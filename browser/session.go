@@ -80,7 +80,7 @@ type Session struct {
 	// opened a tab, which Chromium puts in front).
 	front     *tab
 	crashed   *faults.Error
-	downloads []*Download
+	downloads []*download
 	frames    map[int64]frameInfo
 	frameRing []int64
 	answer    *string

@@ -5,32 +5,15 @@ import (
 	"errors"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
-// Request is the body of POST /browser/actions: a list of actions (or a
-// single one), an optional observation to take afterwards, and a frame
-// and strictness that apply to every action that does not set its own.
-type Request struct {
-	Actions []Action        `json:"actions,omitempty"`
-	Action  *Action         `json:"action,omitempty"`
-	Observe *ObserveOptions `json:"observe,omitempty"`
-	Frame   *int64          `json:"frame,omitempty"`
-	Strict  bool            `json:"strict,omitempty"`
-	// Settle overrides the session's settle wait for these actions.
-	Settle *Settle `json:"settle,omitempty"`
-}
+// Request is the body of POST /browser/actions (api.BrowserActionsRequest).
+type Request = api.BrowserActionsRequest
 
-// Settle tunes the wait after each action for the page to go quiet (no
-// DOM mutation, no request in flight). Zero fields keep the session's.
-type Settle struct {
-	// QuietMS: how long the page must stay quiet.
-	QuietMS int `json:"quiet_ms,omitempty"`
-	// IdleMS: end early when nothing at all happened for this long.
-	IdleMS int `json:"idle_ms,omitempty"`
-	// TimeoutMS caps the wait.
-	TimeoutMS int `json:"timeout_ms,omitempty"`
-}
+// Settle tunes the wait after each action for the page to go quiet.
+type Settle = api.Settle
 
 type settleKey struct{}
 
@@ -59,39 +42,11 @@ func (s *Session) settleParams(ctx context.Context, limit time.Duration) (quiet,
 	return quiet, min(idle, quiet), cap
 }
 
-// List returns the request's actions with the request-level frame and
-// strictness applied.
-func (r Request) List() []Action {
-	list := append([]Action(nil), r.Actions...)
-	if r.Action != nil {
-		list = append(list, *r.Action)
-	}
-	for i := range list {
-		if list[i].Frame == nil && r.Frame != nil {
-			f := *r.Frame
-			list[i].Frame = &f
-		}
-		if r.Strict {
-			list[i].Strict = true
-		}
-	}
-	return list
-}
-
 // Response is the body answering a Request.
-type Response struct {
-	OK          bool         `json:"ok"`
-	Results     []Result     `json:"results"`
-	Observation *Observation `json:"observation,omitempty"`
-	Timing      Timing       `json:"timing"`
-}
+type Response = api.BrowserActionsResponse
 
 // Timing of a Request, in milliseconds.
-type Timing struct {
-	TotalMS   float64 `json:"total_ms"`
-	ActionsMS float64 `json:"actions_ms"`
-	ObserveMS float64 `json:"observe_ms,omitempty"`
-}
+type Timing = api.BrowserTiming
 
 // Run serves a Request: the actions, then the observation if asked for
 // (also after a failed action, so the agent sees where it stands). The

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,10 +9,10 @@ import (
 	"github.com/orchard/orchard/api"
 )
 
-// Browser and desktop sandboxes (API.md). Action requests and the answers
-// travel as JSON the caller shapes: the client stays free of the browser
-// and desktop packages (the browser package's Request and Response, or
-// the desktop package's, decode them).
+// Browser and desktop sandboxes (API.md). Requests and answers are the
+// api package's GUI step types; a desktop request may also be any body
+// the desktop reads (an Anthropic tool input, an OpenAI action), which
+// api.DesktopActionsRequest, in the normalised vocabulary, cannot hold.
 
 // Image is a screenshot's bytes with the frame and scale that actions on
 // its pixels name (X-Orchard-Frame, X-Orchard-Scale).
@@ -32,16 +31,16 @@ type Image struct {
 // /sandboxes/{id}/browser/actions: {"actions": [...], "observe": {...},
 // "frame": n, "strict": bool}). An action that fails on the page is in the
 // answer's results, not an error. Not retried: actions act.
-func (c *Client) BrowserActions(ctx context.Context, id string, req any) (json.RawMessage, error) {
-	var out json.RawMessage
+func (c *Client) BrowserActions(ctx context.Context, id string, req api.BrowserActionsRequest) (api.BrowserActionsResponse, error) {
+	var out api.BrowserActionsResponse
 	err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/browser/actions", body: req, out: &out})
 	return out, err
 }
 
 // BrowserObservation observes the active tab (GET /browser/observation
 // with screenshot, quality, width, scale, axtree, som, text, full_page).
-func (c *Client) BrowserObservation(ctx context.Context, id string, q url.Values) (json.RawMessage, error) {
-	var out json.RawMessage
+func (c *Client) BrowserObservation(ctx context.Context, id string, q url.Values) (api.BrowserObservation, error) {
+	var out api.BrowserObservation
 	err := c.do(ctx, call{method: "GET", path: sandboxPath(id) + "/browser/observation", query: q, out: &out, idempotent: true})
 	return out, err
 }
@@ -52,10 +51,11 @@ func (c *Client) BrowserScreenshot(ctx context.Context, id string, q url.Values)
 	return c.image(ctx, sandboxPath(id)+"/browser/screenshot", q)
 }
 
-// DesktopActions runs a desktop action request (POST /desktop/actions) in
-// Orchard's, Anthropic's or OpenAI's vocabulary. Not retried.
-func (c *Client) DesktopActions(ctx context.Context, id string, req any) (json.RawMessage, error) {
-	var out json.RawMessage
+// DesktopActions runs a desktop action request (POST /desktop/actions):
+// an api.DesktopActionsRequest, or a body in Anthropic's or OpenAI's
+// vocabulary (marshalled as it is). Not retried.
+func (c *Client) DesktopActions(ctx context.Context, id string, req any) (api.DesktopActionsResponse, error) {
+	var out api.DesktopActionsResponse
 	err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/desktop/actions", body: req, out: &out})
 	return out, err
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/api"
-	"github.com/orchard/orchard/browser"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/testing/testenv"
@@ -71,30 +70,22 @@ func TestBrowserAndDesktop(t *testing.T) {
 	if _, err := c.Upload(ctx, id, "/workspace/page.html", []byte(guiPage)); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := c.BrowserActions(ctx, id, map[string]any{
-		"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}},
-		"observe": map[string]any{"screenshot": "none", "som": true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res browser.Response
-	if err := json.Unmarshal(raw, &res); err != nil || !res.OK || res.Observation == nil || len(res.Observation.Elements) != 1 {
-		t.Fatalf("navigate: %v %s", err, raw)
+	res, err := c.BrowserActions(ctx, id, api.BrowserActionsRequest{
+		Actions: []api.BrowserAction{{Type: "navigate", URL: "file:///workspace/page.html"}},
+		Observe: &api.Observe{Screenshot: "none", SOM: true}})
+	if err != nil || !res.OK || res.Observation == nil || len(res.Observation.Elements) != 1 {
+		t.Fatalf("navigate: %v %+v", err, res)
 	}
 	obs := res.Observation
-	raw, err = c.BrowserActions(ctx, id, map[string]any{"frame": obs.Frame, "strict": true,
-		"actions": []map[string]any{{"type": "click", "element": obs.Elements[0].ID}},
-		"observe": map[string]any{"screenshot": "none"}})
-	if err != nil {
-		t.Fatal(err)
+	res, err = c.BrowserActions(ctx, id, api.BrowserActionsRequest{Frame: &obs.Frame, Strict: true,
+		Actions: []api.BrowserAction{{Type: "click", Element: &obs.Elements[0].ID}},
+		Observe: &api.Observe{Screenshot: "none"}})
+	if err != nil || !res.OK || res.Observation.Title != "clicked" {
+		t.Fatalf("set-of-marks click: %v %+v", err, res)
 	}
-	if err := json.Unmarshal(raw, &res); err != nil || !res.OK || res.Observation.Title != "clicked" {
-		t.Fatalf("set-of-marks click: %v %s", err, raw)
-	}
-	raw, err = c.BrowserObservation(ctx, id, url.Values{"screenshot": {"none"}, "text": {"true"}})
-	var o browser.Observation
-	if err != nil || json.Unmarshal(raw, &o) != nil || o.Text == "" || o.Title != "clicked" {
-		t.Fatalf("observation: %v %s", err, raw)
+	o, err := c.BrowserObservation(ctx, id, url.Values{"screenshot": {"none"}, "text": {"true"}})
+	if err != nil || o.Text == "" || o.Title != "clicked" {
+		t.Fatalf("observation: %v %+v", err, o)
 	}
 	shot, err := c.BrowserScreenshot(ctx, id, url.Values{"format": {"png"}, "scale": {"0.5"}})
 	if err != nil {
@@ -103,7 +94,7 @@ func TestBrowserAndDesktop(t *testing.T) {
 	if cfg := decodeImage(t, shot); cfg.Width != 400 || cfg.Height != 300 || shot.Scale != 0.5 || shot.Frame <= obs.Frame || shot.ContentType != "image/png" {
 		t.Errorf("screenshot at scale 0.5: %dx%d, %+v", cfg.Width, cfg.Height, client.Image{ContentType: shot.ContentType, Frame: shot.Frame, Scale: shot.Scale})
 	}
-	_, err = c.BrowserActions(ctx, "nosuchsandbox", map[string]any{"action": map[string]any{"type": "reload"}})
+	_, err = c.BrowserActions(ctx, "nosuchsandbox", api.BrowserActionsRequest{Action: &api.BrowserAction{Type: "reload"}})
 	if f := faults.Of(err); f == nil || f.Code != faults.CodeSandboxNotFound {
 		t.Errorf("actions on no sandbox: %v", err)
 	}

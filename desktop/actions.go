@@ -71,35 +71,7 @@ const (
 
 // Point is a position in screenshot pixels. In JSON it is {"x":..,"y":..};
 // [x, y] is accepted too.
-type Point struct {
-	X float64 `json:"x"`
-	Y float64 `json:"y"`
-}
-
-// UnmarshalJSON reads {"x":..,"y":..} or [x, y].
-func (p *Point) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '[' {
-		var xy []float64
-		if err := json.Unmarshal(b, &xy); err != nil {
-			return err
-		}
-		if len(xy) != 2 {
-			return fmt.Errorf("point %s: want [x, y]", b)
-		}
-		p.X, p.Y = xy[0], xy[1]
-		return nil
-	}
-	var o struct{ X, Y *float64 }
-	if err := json.Unmarshal(b, &o); err != nil {
-		return err
-	}
-	if o.X == nil || o.Y == nil {
-		return fmt.Errorf("point %s: want x and y", b)
-	}
-	p.X, p.Y = *o.X, *o.Y
-	return nil
-}
+type Point = api.Point
 
 // Action is one step for the desktop, in the normalised set that the
 // three accepted dialects map to. In JSON, an Action is read from any of
@@ -138,41 +110,11 @@ func (p *Point) UnmarshalJSON(b []byte) error {
 // ("ctrl+s", "Return", "shift+Tab"), case-insensitive except single
 // characters; OpenAI's key names ("CTRL", "ENTER", "ARROWLEFT") are
 // read the same way, single letters in lowercase.
-type Action struct {
-	Type string   `json:"type"`
-	X    *float64 `json:"x,omitempty"`
-	Y    *float64 `json:"y,omitempty"`
-	// Button is left (default), middle, right, back or forward.
-	Button string `json:"button,omitempty"`
-	// Clicks is the click count (default 1; double_click 2, triple_click 3).
-	Clicks int `json:"clicks,omitempty"`
-	// Path is drag's points; a single point drags from the cursor.
-	Path []Point `json:"path,omitempty"`
-	// DX and DY are wheel steps: positive scrolls right and down.
-	DX int `json:"dx,omitempty"`
-	DY int `json:"dy,omitempty"`
-	// Text is type's text.
-	Text string `json:"text,omitempty"`
-	// Keys is key's xdotool-style chords, separated by spaces.
-	Keys string `json:"keys,omitempty"`
-	// HoldMS holds each chord of a key action down this long.
-	HoldMS int `json:"hold_ms,omitempty"`
-	// Modifiers are held during a pointer action: "shift", "ctrl+alt".
-	Modifiers string `json:"modifiers,omitempty"`
-	// MS is wait's duration (default 1000).
-	MS *int `json:"ms,omitempty"`
-	// Format, Quality, Width and Height are screenshot's ShotOptions.
-	Format  string `json:"format,omitempty"`
-	Quality int    `json:"quality,omitempty"`
-	Width   int    `json:"width,omitempty"`
-	Height  int    `json:"height,omitempty"`
-
-	Frame  *int64 `json:"frame,omitempty"`
-	Strict bool   `json:"strict,omitempty"`
-
-	// Dialect is the vocabulary the action arrived in; informational.
-	Dialect string `json:"-"`
-}
+//
+// Action is api.DesktopAction: the wire type. Reading it from any dialect
+// (ParseAction, ParseRequest) needs this package's key names, so the
+// parsing lives here rather than in an UnmarshalJSON of api's.
+type Action = api.DesktopAction
 
 // wireAction holds the fields of all three dialects.
 type wireAction struct {
@@ -215,20 +157,20 @@ func invalid(format string, args ...any) *faults.Error {
 	return faults.Newf(faults.CodeActionInvalid, faults.InvalidRequest, faults.Policy, format, args...)
 }
 
-// ParseAction reads one action in any dialect and normalises it. An
-// object whose "action" is itself an object (OpenAI's computer_call item,
-// or {"action": {...}}) is read through to that object.
+// ParseAction reads one action in any dialect and normalises it; errors
+// are action.invalid faults. An object whose "action" is itself an object
+// (OpenAI's computer_call item, or {"action": {...}}) is read through to
+// that object.
 func ParseAction(b []byte) (Action, error) {
 	var a Action
-	if err := a.UnmarshalJSON(b); err != nil {
+	if err := parseAction(&a, b); err != nil {
 		return Action{}, err
 	}
 	return a, nil
 }
 
-// UnmarshalJSON reads and normalises an action in any dialect (see
-// Action); errors are action.invalid faults.
-func (a *Action) UnmarshalJSON(b []byte) error {
+// parseAction reads and normalises an action in any dialect into a.
+func parseAction(a *Action, b []byte) error {
 	var w wireAction
 	if err := json.Unmarshal(b, &w); err != nil {
 		return invalid("action: %v", err)
@@ -237,7 +179,7 @@ func (a *Action) UnmarshalJSON(b []byte) error {
 	var err error
 	switch {
 	case len(raw) > 0 && raw[0] == '{':
-		return a.UnmarshalJSON(raw)
+		return parseAction(a, raw)
 	case len(raw) > 0 && raw[0] == '"':
 		var name string
 		if err := json.Unmarshal(raw, &name); err != nil {
@@ -254,7 +196,7 @@ func (a *Action) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	return a.validate()
+	return validate(a)
 }
 
 // fromAnthropic maps an Anthropic computer-use action (computer_20241022
@@ -498,7 +440,7 @@ func pixelsToSteps(px *float64) int {
 }
 
 // validate checks a normalised action and fills in its defaults.
-func (a *Action) validate() error {
+func validate(a *Action) error {
 	if (a.X == nil) != (a.Y == nil) {
 		return invalid("%s: give both x and y or neither", a.Type)
 	}
@@ -570,7 +512,7 @@ func (a *Action) validate() error {
 			return invalid("wait: ms %d: want 0 to %d", *a.MS, maxWait.Milliseconds())
 		}
 	case ActScreenshot:
-		if _, err := a.shotOptions().normalize(); err != nil {
+		if _, err := shotOptions(a).normalize(); err != nil {
 			return invalid("screenshot: %v", err)
 		}
 	case ActCursorPosition:
@@ -582,7 +524,7 @@ func (a *Action) validate() error {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-func (a *Action) shotOptions() ShotOptions {
+func shotOptions(a *Action) ShotOptions {
 	return ShotOptions{Format: a.Format, Quality: a.Quality, Width: a.Width, Height: a.Height}
 }
 
@@ -626,31 +568,27 @@ func validateObserve(o *Observe) error {
 	return nil
 }
 
-// Request is the body of the desktop actions endpoint: actions to run in
-// order and an optional observation after them. Frame and Strict apply to
-// every action that names no frame of its own.
+// Request is the body of the desktop actions endpoint
+// (api.DesktopActionsRequest): actions to run in order and an optional
+// observation after them. Frame and Strict apply to every action that
+// names no frame of its own.
 //
-// Besides {"actions": [...]}, it reads {"action": {...}}, a bare action
-// in any dialect (an Anthropic tool input, an OpenAI action), and a JSON
-// list of actions.
-type Request struct {
-	Actions []Action `json:"actions"`
-	Observe *Observe `json:"observe,omitempty"`
-	Frame   *int64   `json:"frame,omitempty"`
-	Strict  bool     `json:"strict,omitempty"`
-}
+// ParseRequest reads, besides {"actions": [...]}, {"action": {...}}, a
+// bare action in any dialect (an Anthropic tool input, an OpenAI action),
+// and a JSON list of actions.
+type Request = api.DesktopActionsRequest
 
 // ParseRequest reads a request; errors are action.invalid faults.
 func ParseRequest(b []byte) (Request, error) {
 	var r Request
-	if err := r.UnmarshalJSON(b); err != nil {
+	if err := parseRequest(&r, b); err != nil {
 		return Request{}, err
 	}
 	return r, nil
 }
 
-// UnmarshalJSON reads any of the request forms (see Request).
-func (r *Request) UnmarshalJSON(b []byte) error {
+// parseRequest reads any of the request forms (see Request) into r.
+func parseRequest(r *Request, b []byte) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return invalid("request: empty body")
@@ -660,7 +598,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &list); err != nil {
 			return invalid("request: %v", err)
 		}
-		return r.readActions(list)
+		return readActions(r, list)
 	}
 	var probe struct {
 		Actions []json.RawMessage `json:"actions"`
@@ -680,24 +618,24 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 	act := bytes.TrimSpace(probe.Action)
 	switch {
 	case probe.Actions != nil:
-		return r.readActions(probe.Actions)
+		return readActions(r, probe.Actions)
 	case len(act) > 0 && act[0] == '{' && probe.Type == "":
-		return r.readActions([]json.RawMessage{act})
+		return readActions(r, []json.RawMessage{act})
 	case len(act) > 0 || probe.Type != "":
 		// The body is one action; its frame fields are its own.
 		r.Frame, r.Strict = nil, false
-		return r.readActions([]json.RawMessage{b})
+		return readActions(r, []json.RawMessage{b})
 	}
 	return invalid("request: no actions")
 }
 
-func (r *Request) readActions(list []json.RawMessage) error {
+func readActions(r *Request, list []json.RawMessage) error {
 	if len(list) == 0 {
 		return invalid("request: no actions")
 	}
 	r.Actions = make([]Action, len(list))
 	for i, raw := range list {
-		if err := r.Actions[i].UnmarshalJSON(raw); err != nil {
+		if err := parseAction(&r.Actions[i], raw); err != nil {
 			fe := faults.Of(err)
 			return invalid("actions[%d]: %s", i, fe.Message)
 		}
@@ -706,41 +644,16 @@ func (r *Request) readActions(list []json.RawMessage) error {
 }
 
 // Result is the outcome of one action.
-type Result struct {
-	Type  string       `json:"type"`
-	OK    bool         `json:"ok"`
-	Error *faults.Info `json:"error,omitempty"`
-	// DurationMS is the action's time.
-	DurationMS float64 `json:"duration_ms"`
-	// Screenshot is the screenshot action's image.
-	Screenshot *Screenshot `json:"screenshot,omitempty"`
-	// Cursor is cursor_position's answer, in pixels of the latest frame.
-	Cursor *Point `json:"cursor,omitempty"`
-}
+type Result = api.DesktopActionResult
 
 // Observation is what a request observes after its actions.
-type Observation struct {
-	Screenshot *Screenshot `json:"screenshot,omitempty"`
-	Cursor     Point       `json:"cursor"`
-}
+type Observation = api.DesktopObservation
 
 // Timing is a request's time.
-type Timing struct {
-	TotalMS float64 `json:"total_ms"`
-}
+type Timing = api.DesktopTiming
 
 // Response is the outcome of a request.
-type Response struct {
-	OK          bool         `json:"ok"`
-	Results     []Result     `json:"results"`
-	Observation *Observation `json:"observation,omitempty"`
-	// Faults are those the session recovered from since the previous
-	// response (a window manager or X server that died and was
-	// restarted): the actions did not fail for them, but what is on the
-	// screen may have changed.
-	Faults []FaultInfo `json:"faults,omitempty"`
-	Timing Timing      `json:"timing"`
-}
+type Response = api.DesktopActionsResponse
 
 // Run runs req's actions (see Do) and then, when asked, observes.
 func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
@@ -796,8 +709,8 @@ func (s *Session) Run(ctx context.Context, req Request) (Response, error) {
 func (s *Session) Do(ctx context.Context, actions []Action) ([]Result, error) {
 	return ordered.Run(ctx, actions, func(ctx context.Context, a Action) (Result, error) {
 		start := time.Now()
-		r := Result{Type: a.Type}
-		err := a.validate()
+		r := Result{ActionResult: api.ActionResult{Type: a.Type}}
+		err := validate(&a)
 		if err == nil {
 			err = s.run(ctx, a, &r)
 		}
@@ -821,7 +734,7 @@ func (s *Session) run(ctx context.Context, a Action, r *Result) error {
 		}
 		return nil
 	case ActScreenshot:
-		shot, err := s.Screenshot(ctx, a.shotOptions())
+		shot, err := s.Screenshot(ctx, shotOptions(&a))
 		r.Screenshot = shot
 		return err
 	case ActCursorPosition:
@@ -847,7 +760,7 @@ func (s *Session) run(ctx context.Context, a Action, r *Result) error {
 
 	b, _ := buttonOf(a.Button)
 	mods, _ := parseModifiers(a.Modifiers)
-	at, err := a.screenPoint(f)
+	at, err := screenPoint(&a, f)
 	if err != nil {
 		return err
 	}
@@ -867,7 +780,7 @@ func (s *Session) run(ctx context.Context, a Action, r *Result) error {
 	case ActDrag:
 		path := make([]image.Point, 0, len(a.Path)+1)
 		for _, p := range a.Path {
-			if !f.contains(p.X, p.Y) {
+			if !contains(f, p.X, p.Y) {
 				return offFrame(a.Type, p.X, p.Y, f)
 			}
 			path = append(path, f.ToScreen(p.X, p.Y))
@@ -888,11 +801,11 @@ func (s *Session) run(ctx context.Context, a Action, r *Result) error {
 
 // screenPoint maps the action's x, y through frame f; nil when it has
 // none.
-func (a *Action) screenPoint(f Frame) (*image.Point, error) {
+func screenPoint(a *Action, f Frame) (*image.Point, error) {
 	if a.X == nil {
 		return nil, nil
 	}
-	if !f.contains(*a.X, *a.Y) {
+	if !contains(f, *a.X, *a.Y) {
 		return nil, offFrame(a.Type, *a.X, *a.Y, f)
 	}
 	p := f.ToScreen(*a.X, *a.Y)

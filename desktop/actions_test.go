@@ -35,7 +35,7 @@ func TestParseActionDialects(t *testing.T) {
 		{"mouse_up at", `{"type":"mouse_up","x":5,"y":6,"button":"middle"}`,
 			Action{Type: ActMouseUp, X: fp(5), Y: fp(6), Button: "middle"}, DialectOrchard},
 		{"drag pairs", `{"type":"drag","path":[[1,2],[3,4]]}`,
-			Action{Type: ActDrag, Path: []Point{{1, 2}, {3, 4}}}, DialectOrchard},
+			Action{Type: ActDrag, Path: []Point{{X: 1, Y: 2}, {X: 3, Y: 4}}}, DialectOrchard},
 		{"scroll", `{"type":"scroll","x":5,"y":6,"dx":-1,"dy":3}`,
 			Action{Type: ActScroll, X: fp(5), Y: fp(6), DX: -1, DY: 3}, DialectOrchard},
 		{"type", `{"type":"type","text":"héllo"}`, Action{Type: ActType, Text: "héllo"}, DialectOrchard},
@@ -63,7 +63,7 @@ func TestParseActionDialects(t *testing.T) {
 		{"a double_click", `{"action":"double_click","coordinate":[5,6]}`,
 			Action{Type: ActDoubleClick, X: fp(5), Y: fp(6), Clicks: 2}, DialectAnthropic},
 		{"a left_click_drag", `{"action":"left_click_drag","coordinate":[50,60]}`,
-			Action{Type: ActDrag, Path: []Point{{50, 60}}}, DialectAnthropic},
+			Action{Type: ActDrag, Path: []Point{{X: 50, Y: 60}}}, DialectAnthropic},
 		{"a screenshot", `{"action":"screenshot"}`, Action{Type: ActScreenshot}, DialectAnthropic},
 		{"a cursor_position", `{"action":"cursor_position"}`, Action{Type: ActCursorPosition}, DialectAnthropic},
 
@@ -88,7 +88,7 @@ func TestParseActionDialects(t *testing.T) {
 		{"a click with key", `{"action":"left_click","coordinate":[5,6],"key":"alt"}`,
 			Action{Type: ActClick, X: fp(5), Y: fp(6), Clicks: 1, Modifiers: "alt"}, DialectAnthropic},
 		{"a drag with start", `{"action":"left_click_drag","start_coordinate":[1,2],"coordinate":[30,40]}`,
-			Action{Type: ActDrag, Path: []Point{{1, 2}, {30, 40}}}, DialectAnthropic},
+			Action{Type: ActDrag, Path: []Point{{X: 1, Y: 2}, {X: 30, Y: 40}}}, DialectAnthropic},
 
 		// OpenAI computer use.
 		{"o click", `{"type":"click","x":10,"y":20,"button":"left"}`,
@@ -111,7 +111,7 @@ func TestParseActionDialects(t *testing.T) {
 		{"o wait", `{"type":"wait"}`, Action{Type: ActWait, MS: ip(1000)}, DialectOrchard},
 		{"o move", `{"type":"move","x":3,"y":4}`, Action{Type: ActMouseMove, X: fp(3), Y: fp(4)}, DialectOpenAI},
 		{"o drag", `{"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4},{"x":5,"y":6}]}`,
-			Action{Type: ActDrag, Path: []Point{{1, 2}, {3, 4}, {5, 6}}}, DialectOrchard},
+			Action{Type: ActDrag, Path: []Point{{X: 1, Y: 2}, {X: 3, Y: 4}, {X: 5, Y: 6}}}, DialectOrchard},
 		{"o type", `{"type":"type","text":"hi"}`, Action{Type: ActType, Text: "hi"}, DialectOrchard},
 		{"o screenshot", `{"type":"screenshot"}`, Action{Type: ActScreenshot}, DialectOrchard},
 		{"o computer_call item", `{"type":"computer_call","call_id":"c1","action":{"type":"keypress","keys":["ALT","F4"]}}`,

@@ -17,6 +17,7 @@ import (
 	"github.com/jezek/xgb/shm"
 	"github.com/jezek/xgb/xproto"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 )
 
@@ -71,68 +72,18 @@ func (o ShotOptions) normalize() (ShotOptions, error) {
 	return o, nil
 }
 
-// Frame identifies a screenshot and maps its pixels to the screen's.
-// Actions give coordinates in the pixels of a frame.
-type Frame struct {
-	// ID increases with every screenshot of the session.
-	ID int64 `json:"frame"`
-	// Scale is screenshot pixels per screen pixel: 1 at full size, 0.5
-	// for a 640-wide shot of a 1280-wide screen.
-	Scale float64 `json:"scale"`
-	// Width and Height are the screenshot's size.
-	Width  int `json:"width"`
-	Height int `json:"height"`
-	// ScreenWidth and ScreenHeight are the screen's size.
-	ScreenWidth  int `json:"screen_width"`
-	ScreenHeight int `json:"screen_height"`
-}
-
-// ToScreen maps a point in the frame's pixels to the screen pixel under
-// it, clamped to the screen. Each axis scales by its own ratio, so the
-// rounding of the screenshot's size does not skew the far edge.
-func (f Frame) ToScreen(x, y float64) image.Point {
-	p := image.Pt(toScreen(x, f.Width, f.ScreenWidth), toScreen(y, f.Height, f.ScreenHeight))
-	if f.ScreenWidth > 0 {
-		p.X = min(max(p.X, 0), f.ScreenWidth-1)
-	}
-	if f.ScreenHeight > 0 {
-		p.Y = min(max(p.Y, 0), f.ScreenHeight-1)
-	}
-	return p
-}
-
-// toScreen maps v on a frame side of n pixels to the screen pixel under it
-// on a screen side of sn. The product is taken before the quotient, and a
-// value a rounding error short of a pixel's edge counts as on it, so that
-// FromScreen's answer maps back to the pixel it came from.
-func toScreen(v float64, n, sn int) int {
-	if n > 0 && sn > 0 {
-		v = v * float64(sn) / float64(n)
-	}
-	return int(math.Floor(v + 1e-7))
-}
-
-// FromScreen maps a screen pixel to the frame's pixels.
-func (f Frame) FromScreen(p image.Point) (x, y float64) {
-	if f.ScreenWidth == 0 || f.ScreenHeight == 0 {
-		return float64(p.X), float64(p.Y)
-	}
-	return float64(p.X) * float64(f.Width) / float64(f.ScreenWidth),
-		float64(p.Y) * float64(f.Height) / float64(f.ScreenHeight)
-}
+// Frame identifies a screenshot and maps its pixels to the screen's
+// (api.Frame: ToScreen, FromScreen). Actions give coordinates in the
+// pixels of a frame.
+type Frame = api.Frame
 
 // contains reports whether (x, y) in frame pixels lies on the frame.
-func (f Frame) contains(x, y float64) bool {
+func contains(f Frame, x, y float64) bool {
 	return x >= 0 && y >= 0 && x <= float64(f.Width) && y <= float64(f.Height)
 }
 
 // Screenshot is an encoded image of the screen and the frame it defines.
-type Screenshot struct {
-	Frame
-	Format string `json:"format"`
-	// Data is the encoded image (base64 in JSON).
-	Data []byte `json:"data"`
-}
+type Screenshot = api.DesktopScreenshot
 
 // Screenshot captures the screen and encodes it as o says. The capture
 // becomes the latest frame: actions that follow give coordinates in its

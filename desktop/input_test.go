@@ -19,7 +19,7 @@ import (
 // An XTest move lands where QueryPointer then says the pointer is.
 func TestMoveThenQueryPointer(t *testing.T) {
 	s := sharedSession(t)
-	for _, p := range []image.Point{{0, 0}, {1, 1}, {512, 384}, {1023, 767}, {17, 700}, {1000, 3}} {
+	for _, p := range []image.Point{{X: 0, Y: 0}, {X: 1, Y: 1}, {X: 512, Y: 384}, {X: 1023, Y: 767}, {X: 17, Y: 700}, {X: 1000, Y: 3}} {
 		if err := s.MouseMove(ctxT(t), p); err != nil {
 			t.Fatalf("move to %v: %v", p, err)
 		}
@@ -31,7 +31,7 @@ func TestMoveThenQueryPointer(t *testing.T) {
 			t.Errorf("moved to %v, pointer at %v", p, got)
 		}
 	}
-	for _, p := range []image.Point{{-1, 0}, {1024, 0}, {0, 768}} {
+	for _, p := range []image.Point{{X: -1, Y: 0}, {X: 1024, Y: 0}, {X: 0, Y: 768}} {
 		err := s.MouseMove(ctxT(t), p)
 		if fe := faults.Of(err); err == nil || fe.Code != faults.CodeActionInvalid {
 			t.Errorf("move to %v off screen = %v, want action.invalid", p, err)
@@ -123,7 +123,7 @@ func TestPointerGestures(t *testing.T) {
 
 	t.Run("drag", func(t *testing.T) {
 		pr.drain()
-		mustDo(t, s, Action{Type: ActDrag, Path: []Point{{320, 320}, {500, 400}, {680, 480}}})
+		mustDo(t, s, Action{Type: ActDrag, Path: []Point{{X: 320, Y: 320}, {X: 500, Y: 400}, {X: 680, Y: 480}}})
 		press := pr.next(t, "ButtonPress", isPress).(xproto.ButtonPressEvent)
 		motions := 0
 		var release xproto.ButtonReleaseEvent
@@ -146,7 +146,7 @@ func TestPointerGestures(t *testing.T) {
 	t.Run("drag from the cursor", func(t *testing.T) {
 		mustDo(t, s, Action{Type: ActMouseMove, X: fp(400), Y: fp(350)})
 		pr.drain()
-		mustDo(t, s, Action{Type: ActDrag, Path: []Point{{450, 420}}})
+		mustDo(t, s, Action{Type: ActDrag, Path: []Point{{X: 450, Y: 420}}})
 		press := pr.next(t, "ButtonPress", isPress).(xproto.ButtonPressEvent)
 		release := pr.next(t, "ButtonRelease", isRelease).(xproto.ButtonReleaseEvent)
 		if press.RootX != 400 || press.RootY != 350 || release.RootX != 450 || release.RootY != 420 {

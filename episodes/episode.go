@@ -32,7 +32,7 @@ const (
 type Episode struct {
 	api.EpisodeStatus
 	Task        tasks.Task      `json:"task"`
-	Observe     map[string]any  `json:"observe"`
+	Observe     *api.Observe    `json:"observe"`
 	MaxSteps    int             `json:"max_steps"`
 	StepTimeout time.Duration   `json:"step_timeout"`
 	Deadline    time.Time       `json:"deadline"`
@@ -56,7 +56,7 @@ type Limits struct {
 // observe nil is the default for the kind (api.KindBrowser or
 // api.KindDesktop): a JPEG screenshot, and in a browser the set-of-marks
 // elements.
-func New(id string, task tasks.Task, kind string, observe map[string]any, lim Limits, now time.Time) *Episode {
+func New(id string, task tasks.Task, kind string, observe *api.Observe, lim Limits, now time.Time) *Episode {
 	ep := &Episode{
 		EpisodeStatus: api.EpisodeStatus{EpisodeID: id, TaskID: task.ID, Kind: kind, Status: api.EpisodeRunning, CreatedAt: now.UTC()},
 		Task:          task, Observe: observe, MaxSteps: lim.MaxSteps, StepTimeout: lim.StepTimeout,
@@ -76,9 +76,9 @@ func New(id string, task tasks.Task, kind string, observe map[string]any, lim Li
 	}
 	ep.Deadline = now.Add(total)
 	if ep.Observe == nil {
-		ep.Observe = map[string]any{"screenshot": "jpeg", "som": true}
+		ep.Observe = &api.Observe{Screenshot: "jpeg", SOM: true}
 		if ep.Desktop() {
-			ep.Observe = map[string]any{"screenshot": "jpeg"}
+			ep.Observe = &api.Observe{Screenshot: "jpeg"}
 		}
 	}
 	return ep
@@ -153,11 +153,11 @@ func (ep *Episode) Finish(answer *string, evaluate func(evaluate.Trajectory) (ev
 			}
 			ep.EndEnvError(f.Info(), ep.Steps)
 		} else {
-			ev, err := json.Marshal(res)
-			if err != nil {
+			// Refused here, not when the state is saved or rendered.
+			if _, err := json.Marshal(res); err != nil {
 				return err
 			}
-			ep.Evaluation = ev
+			ep.Evaluation = &res
 			ep.Outcome = api.OutcomeFailure
 			if res.Success {
 				ep.Outcome = api.OutcomeSuccess

@@ -124,7 +124,7 @@ func create(t *testing.T, s *episodes.Store, ep *episodes.Episode) {
 	if !first.Reset || len(first.Actions) != 1 || first.Action != nil {
 		t.Fatalf("first step %+v: want a reset that navigates and no policy action", first)
 	}
-	res, _ := ep.Apply(first, episodes.Outcome{Observation: json.RawMessage(`{"url":"http://example.test/"}`)}, time.Now())
+	res, _ := ep.Apply(first, episodes.Outcome{Observation: api.StepObservation{Browser: &api.BrowserObservation{URL: "http://example.test/"}}}, time.Now())
 	if res.Info.Step != 0 || res.Done || ep.Steps != 0 {
 		t.Fatalf("step 0: %+v, steps %d", res, ep.Steps)
 	}
@@ -136,9 +136,9 @@ func create(t *testing.T, s *episodes.Store, ep *episodes.Episode) {
 func TestStepsToAnAnswerAndFinish(t *testing.T) {
 	onEach(t, func(t *testing.T, s *episodes.Store) {
 		create(t, s, newEpisode("e1", 0))
-		shot := func(n int) json.RawMessage {
-			b, _ := json.Marshal(map[string]any{"url": fmt.Sprintf("http://example.test/%d", n), "screenshot": map[string]any{"format": "jpeg", "data": []byte{byte(n)}}})
-			return b
+		shot := func(n int) api.StepObservation {
+			return api.StepObservation{Browser: &api.BrowserObservation{URL: fmt.Sprintf("http://example.test/%d", n),
+				Screenshot: &api.Screenshot{Format: "jpeg", Data: []byte{byte(n)}}}}
 		}
 		for n := 1; n <= 4; n++ {
 			res, err := step(t, s, "e1", episodes.Outcome{Observation: shot(n)}, `{"type":"click","x":1,"y":2}`)
@@ -194,9 +194,8 @@ func TestStepsToAnAnswerAndFinish(t *testing.T) {
 		if r.Outcome != api.OutcomeSuccess || r.Reward == nil || *r.Reward != 1 || r.Steps != 5 || r.Answer != "42" || !got.Ended() {
 			t.Fatalf("result %+v", r)
 		}
-		var ev evaluate.Result
-		if err := json.Unmarshal(r.Evaluation, &ev); err != nil || !ev.Success {
-			t.Fatalf("evaluation %s: %v", r.Evaluation, err)
+		if r.Evaluation == nil || !r.Evaluation.Success {
+			t.Fatalf("evaluation %+v", r.Evaluation)
 		}
 	})
 }
@@ -341,11 +340,11 @@ func TestStepRequests(t *testing.T) {
 		t.Fatalf("refusal %v: want one missing field", err)
 	}
 	st, err := ep.NextStep(api.StepRequest{Actions: []json.RawMessage{json.RawMessage(`{"type": "click", "x": 1}`)},
-		Action: json.RawMessage(`{"type":"answer","text":"done"}`), Observe: map[string]any{"text": true}})
+		Action: json.RawMessage(`{"type":"answer","text":"done"}`), Observe: &api.Observe{Text: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(st.Action) != `[{"type":"click","x":1},{"type":"answer","text":"done"}]` || st.Observe["text"] != true {
+	if string(st.Action) != `[{"type":"click","x":1},{"type":"answer","text":"done"}]` || st.Observe == nil || !st.Observe.Text {
 		t.Fatalf("step %+v", st)
 	}
 	path, body := st.Request(false)

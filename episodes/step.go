@@ -11,10 +11,11 @@ import (
 
 // Step is one step of an episode as its sandbox runs it: the actions for
 // the browser or desktop daemon and the observation to take after them.
-// Actions stay JSON: they are the daemon's action objects, passed through.
+// Actions stay JSON: they are the policy's action objects, passed through
+// to the daemon, which reads them (a desktop's in any of its dialects).
 type Step struct {
 	Actions []json.RawMessage
-	Observe map[string]any
+	Observe *api.Observe
 	// Reset marks step 0, the start page: ours, not the policy's, so it
 	// is not counted, and not kept in the history or as an action.
 	Reset bool
@@ -31,14 +32,15 @@ type Step struct {
 
 // navigateRetry is the retry policy of the start page's load: a site that
 // is slow to answer the first request is common and not the policy's fault.
-var navigateRetry = map[string]any{"attempts": 3, "initial_ms": 500, "max_ms": 4000}
+var navigateRetry = api.RetryPolicy{Attempts: 3, InitialMS: 500, MaxMS: 4000}
 
 // FirstStep is step 0: the start page, loaded with the navigation retry
 // policy; on a desktop, the screen as the task's setup left it.
 func (ep *Episode) FirstStep() Step {
 	st := Step{Observe: ep.Observe, Reset: true}
 	if ep.Task.StartURL != "" && !ep.Desktop() {
-		a, _ := json.Marshal(map[string]any{"type": "navigate", "url": ep.Task.StartURL, "retry": navigateRetry})
+		retry := navigateRetry
+		a, _ := json.Marshal(api.BrowserAction{Type: "navigate", URL: ep.Task.StartURL, Retry: &retry})
 		st.Actions = []json.RawMessage{a}
 	}
 	return st
@@ -79,10 +81,12 @@ func (ep *Episode) NextStep(req api.StepRequest) (Step, error) {
 	return st, nil
 }
 
-// ActionsRequest is the body of a browser's or desktop's actions call.
+// ActionsRequest is the body of a browser's or desktop's actions call
+// (api.BrowserActionsRequest, api.DesktopActionsRequest) with the actions
+// as the policy sent them.
 type ActionsRequest struct {
 	Actions []json.RawMessage `json:"actions,omitempty"`
-	Observe map[string]any    `json:"observe,omitempty"`
+	Observe *api.Observe      `json:"observe,omitempty"`
 }
 
 // Request is the daemon's path on the sandbox's agent and the body that
@@ -122,55 +126,83 @@ func (ep *Episode) StepTimeoutCause() (time.Duration, error) {
 type Outcome struct {
 	Error       *faults.Info
 	Injected    *faults.Truth
-	Observation json.RawMessage
+	Observation api.StepObservation
 	Elapsed     time.Duration
 }
 
-// Decode reads a daemon's answer (HTTP 200) of kind (a sandbox kind, for
-// the message): the last action error and injected fault, the observation.
+// Decode reads a daemon's answer (HTTP 200) of kind (a sandbox kind; ""
+// is a browser, as episodes stored before kinds): the last action error
+// and injected fault, the observation.
 func (o *Outcome) Decode(raw []byte, kind string) {
-	var resp struct {
-		Results []struct {
-			Error    *faults.Info  `json:"error"`
-			Injected *faults.Truth `json:"injected"`
-		} `json:"results"`
-		Observation json.RawMessage `json:"observation"`
+	var err error
+	if kind == api.KindDesktop {
+		var resp api.DesktopActionsResponse
+		err = json.Unmarshal(raw, &resp)
+		for _, r := range resp.Results {
+			if r.Error != nil {
+				o.Error = r.Error
+			}
+		}
+		o.Observation = api.StepObservation{Desktop: resp.Observation}
+	} else {
+		var resp api.BrowserActionsResponse
+		err = json.Unmarshal(raw, &resp)
+		for _, r := range resp.Results {
+			if r.Error != nil {
+				o.Error = r.Error
+			}
+			if r.Injected != nil {
+				o.Injected = r.Injected
+			}
+		}
+		o.Observation = api.StepObservation{Browser: resp.Observation}
 	}
-	if err := json.Unmarshal(raw, &resp); err != nil {
+	if err != nil {
+		if kind == "" {
+			kind = api.KindBrowser
+		}
 		i := faults.Wrap(err, faults.CodeBadResponse, faults.Unavailable, faults.Platform, "bad "+kind+" answer").Info()
 		o.Error = &i
 	}
-	for _, r := range resp.Results {
-		if r.Error != nil {
-			o.Error = r.Error
-		}
-		if r.Injected != nil {
-			o.Injected = r.Injected
-		}
-	}
-	o.Observation = resp.Observation
 }
 
 // Observation is the part of a browser's or desktop's observation an
 // episode and its recording read.
 type Observation struct {
-	URL        string      `json:"url"`
-	Title      string      `json:"title"`
-	Text       string      `json:"text"`
-	AXTree     string      `json:"axtree"`
-	Frame      int64       `json:"frame"`
-	Scale      float64     `json:"scale"`
-	Screenshot *Screenshot `json:"screenshot"`
+	URL        string
+	Title      string
+	Text       string
+	AXTree     string
+	Frame      int64
+	Scale      float64
+	Screenshot *Screenshot
 }
 
 // Screenshot is an observation's image.
 type Screenshot struct {
-	Format string  `json:"format"`
-	Data   []byte  `json:"data"`
-	Width  int     `json:"width"`
-	Height int     `json:"height"`
-	Frame  int64   `json:"frame"` // the desktop's frame and scale are the screenshot's
-	Scale  float64 `json:"scale"`
+	Format string
+	Data   []byte
+	Width  int
+	Height int
+}
+
+// observationOf is the part of o an episode reads; a desktop's frame and
+// scale are its screenshot's.
+func observationOf(o api.StepObservation) Observation {
+	switch {
+	case o.Browser != nil:
+		b := o.Browser
+		obs := Observation{URL: b.URL, Title: b.Title, Text: b.Text, AXTree: b.AXTree, Frame: b.Frame, Scale: b.Scale}
+		if sc := b.Screenshot; sc != nil {
+			obs.Screenshot = &Screenshot{Format: sc.Format, Data: sc.Data, Width: sc.Width, Height: sc.Height}
+		}
+		return obs
+	case o.Desktop != nil && o.Desktop.Screenshot != nil:
+		sc := o.Desktop.Screenshot
+		return Observation{Frame: sc.ID, Scale: sc.Scale,
+			Screenshot: &Screenshot{Format: sc.Format, Data: sc.Data, Width: sc.Width, Height: sc.Height}}
+	}
+	return Observation{}
 }
 
 // Apply moves ep past st, which came to o: it counts the step, ends ep
@@ -203,11 +235,7 @@ func (ep *Episode) Apply(st Step, o Outcome, now time.Time) (api.StepResult, Obs
 	if done && ep.Status == api.EpisodeRunning {
 		ep.Status = api.EpisodeDone
 	}
-	var obs Observation
-	_ = json.Unmarshal(o.Observation, &obs)
-	if sc := obs.Screenshot; sc != nil && obs.Frame == 0 && obs.Scale == 0 {
-		obs.Frame, obs.Scale = sc.Frame, sc.Scale
-	}
+	obs := observationOf(o.Observation)
 	if obs.URL != "" {
 		ep.LastURL = obs.URL
 	}

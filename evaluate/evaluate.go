@@ -15,6 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/tasks"
 )
@@ -68,14 +69,8 @@ type Trajectory struct {
 	Screenshots [][]byte
 }
 
-// Result is the score of an episode.
-type Result struct {
-	Success bool           `json:"success"`
-	Reward  float64        `json:"reward"`
-	Type    string         `json:"type"`
-	Details map[string]any `json:"details,omitempty"` // what was compared
-	Judge   *JudgeVerdict  `json:"judge,omitempty"`
-}
+// Result is the score of an episode (api.Evaluation, its wire form).
+type Result = api.Evaluation
 
 // Evaluator scores episodes. Judge is needed only for judge evals.
 type Evaluator struct {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/tasks"
@@ -60,12 +61,8 @@ type JudgeConfig struct {
 }
 
 // JudgeVerdict is what the judge decided, with its raw replies kept for
-// audit.
-type JudgeVerdict struct {
-	KeyPoints []string `json:"key_points"`
-	Verdict   string   `json:"verdict"` // VerdictSuccess or VerdictFailure
-	Raw       []string `json:"raw"`
-}
+// audit (api.JudgeVerdict; Verdict is VerdictSuccess or VerdictFailure).
+type JudgeVerdict = api.JudgeVerdict
 
 func judgeFailed(err error, format string, args ...any) *faults.Error {
 	msg := fmt.Sprintf("judge: "+format, args...)

@@ -59,7 +59,7 @@ type Config struct {
 	StepTimeout time.Duration
 	// Observe chooses the parts of each observation; nil means the
 	// server's default (screenshot and set-of-marks elements).
-	Observe map[string]any
+	Observe *api.Observe
 	// Sandbox is merged over each task's sandbox settings: a fault plan
 	// ({"faults": {"faults": [...]}}), memory, browser options.
 	Sandbox json.RawMessage
@@ -334,7 +334,7 @@ func (r *run) episode(ctx context.Context, task tasks.Task, attempt int) (res Ep
 	res.EpisodeID = ep.EpisodeID
 	r.event(Event{Type: EventStarted, TaskID: task.ID, Attempt: attempt, EpisodeID: ep.EpisodeID}, nil)
 
-	obs, done := ep.Observation, ep.Done
+	obs, done := observationJSON(ep.Observation), ep.Done
 	maxSteps := r.maxSteps(task)
 	var history []Turn
 	for !done && step < maxSteps {
@@ -354,7 +354,7 @@ func (r *run) episode(ctx context.Context, task tasks.Task, attempt int) (res Ep
 		step = sr.Info.Step
 		res.Steps = step
 		history = append(history, Turn{Step: step, Action: action, Error: sr.Info.Error})
-		obs, done = sr.Observation, sr.Done
+		obs, done = observationJSON(sr.Observation), sr.Done
 		r.event(Event{Type: EventStep, TaskID: task.ID, Attempt: attempt, EpisodeID: ep.EpisodeID, Step: step}, nil)
 	}
 	fr, err := c.FinishEpisode(ctx, ep.EpisodeID, nil)
@@ -388,4 +388,14 @@ func envError(f *faults.Error) bool {
 		return info.EnvError
 	}
 	return f.Category != faults.ActionFailed && f.Category != faults.InvalidRequest
+}
+
+// observationJSON is o as a policy reads it: the observation's JSON, as the
+// episode API returned it.
+func observationJSON(o api.StepObservation) json.RawMessage {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
 }

@@ -22,14 +22,14 @@ import (
 func (s *Server) browserRoutes() []route {
 	return []route{
 		{method: "POST", path: "/sandboxes/:id/browser/actions", summary: "Run browser actions in order; optional observation in the same round trip",
-			request: map[string]any{}, response: map[string]any{}, handler: s.toAgent("/browser/actions")},
+			request: api.BrowserActionsRequest{}, response: api.BrowserActionsResponse{}, handler: s.toAgent("/browser/actions")},
 		{method: "GET", path: "/sandboxes/:id/browser/observation", summary: "Observe the page: screenshot, accessibility tree, set-of-marks, text",
 			query: []queryParam{{"screenshot", "string", "jpeg, png or none", false}, {"quality", "integer", "JPEG quality", false},
 				{"width", "integer", "downscale the screenshot to this width", false},
 				{"scale", "number", "downscale the screenshot by this factor (0–1]; width wins", false}, {"axtree", "boolean", "", false},
 				{"som", "boolean", "", false}, {"text", "boolean", "", false},
 				{"marks", "boolean", "draw the set-of-marks boxes and ids on the screenshot", false}},
-			response: map[string]any{}, handler: s.toAgent("/browser/observation")},
+			response: api.BrowserObservation{}, handler: s.toAgent("/browser/observation")},
 		{method: "GET", path: "/sandboxes/:id/browser/screenshot", summary: "Screenshot as image bytes (X-Orchard-Frame, X-Orchard-Scale headers)",
 			query: []queryParam{{"format", "string", "png or jpeg", false}, {"quality", "integer", "", false},
 				{"full_page", "boolean", "", false}, {"width", "integer", "scale down to this width", false},

@@ -8,7 +8,7 @@ func (s *Server) desktopRoutes() []route {
 	return []route{
 		{method: "POST", path: "/sandboxes/:id/desktop/actions",
 			summary: "Run desktop actions in order (ours, Anthropic computer-use 20241022/20250124, or OpenAI computer-use names); optional observation in the same round trip",
-			request: map[string]any{}, response: map[string]any{}, handler: s.toAgent("/desktop/actions")},
+			request: api.DesktopActionsRequest{}, response: api.DesktopActionsResponse{}, handler: s.toAgent("/desktop/actions")},
 		{method: "GET", path: "/sandboxes/:id/desktop/screenshot", summary: "Screenshot of the screen as image bytes (X-Orchard-Frame, X-Orchard-Scale headers)",
 			query: []queryParam{{"format", "string", "png or jpeg", false}, {"quality", "integer", "JPEG quality", false},
 				{"width", "integer", "scale down to fit this width", false}, {"height", "integer", "scale down to fit this height", false}},

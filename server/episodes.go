@@ -47,21 +47,21 @@ const (
 func (s *Server) episodeRoutes() []route {
 	return []route{
 		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, or a desktop sandbox (setup.sandbox or sandbox kind \"desktop\"); returns the first observation",
-			request: episodeRequest{}, response: map[string]any{}, handler: s.createEpisode},
-		{method: "GET", path: "/episodes", summary: "List episodes", response: map[string]any{}, handler: s.listEpisodes},
-		{method: "GET", path: "/episodes/:id", summary: "An episode: status, steps so far, outcome", response: map[string]any{}, handler: s.getEpisode},
+			request: episodeRequest{}, response: api.EpisodeStart{}, handler: s.createEpisode},
+		{method: "GET", path: "/episodes", summary: "List episodes", response: api.EpisodeList{}, handler: s.listEpisodes},
+		{method: "GET", path: "/episodes/:id", summary: "An episode: status, steps so far, outcome", response: api.EpisodeStatus{}, handler: s.getEpisode},
 		{method: "POST", path: "/episodes/:id/step", summary: "One action → the observation, done and info (classified error, step, timing)",
-			request: map[string]any{}, response: map[string]any{}, handler: s.stepEpisode},
+			request: api.StepRequest{}, response: api.StepResult{}, handler: s.stepEpisode},
 		{method: "POST", path: "/episodes/:id/finish", summary: "Evaluate: outcome (success, failure, env_error), reward, evaluation, attribution",
-			request: map[string]any{}, response: map[string]any{}, handler: s.finishEpisode},
-		{method: "DELETE", path: "/episodes/:id", summary: "Abort an episode and release its sandbox", response: map[string]any{}, handler: s.deleteEpisode},
-		{method: "GET", path: "/tasks", summary: "Loaded task suites", response: map[string]any{}, handler: s.listTasks},
+			request: api.FinishEpisodeRequest{}, response: api.EpisodeResult{}, handler: s.finishEpisode},
+		{method: "DELETE", path: "/episodes/:id", summary: "Abort an episode and release its sandbox", response: api.EpisodeDeleted{}, handler: s.deleteEpisode},
+		{method: "GET", path: "/tasks", summary: "Loaded task suites", response: suiteList{}, handler: s.listTasks},
 		{method: "POST", path: "/tasks", summary: "Load a task suite: the body is the file (our JSONL/YAML, WebVoyager JSONL, Online-Mind2Web JSON); ?suite=NAME&name=FILE.ext",
 			query:   []queryParam{{"suite", "string", "suite name", true}, {"name", "string", "file name (its extension picks the format)", false}},
-			rawBody: true, response: map[string]any{}, handler: s.loadTasks},
-		{method: "GET", path: "/tasks/:suite", summary: "The tasks of a suite", response: map[string]any{}, handler: s.suiteTasks},
-		{method: "GET", path: "/recordings", summary: "Episode recordings, newest first", response: map[string]any{}, handler: s.listRecordings},
-		{method: "GET", path: "/recordings/:id", summary: "A recording's manifest and steps", response: map[string]any{}, handler: s.getRecording},
+			rawBody: true, response: suiteLoaded{}, handler: s.loadTasks},
+		{method: "GET", path: "/tasks/:suite", summary: "The tasks of a suite", response: suiteTasks{}, handler: s.suiteTasks},
+		{method: "GET", path: "/recordings", summary: "Episode recordings, newest first", response: recordingList{}, handler: s.listRecordings},
+		{method: "GET", path: "/recordings/:id", summary: "A recording's manifest and steps", response: recordingDoc{}, handler: s.getRecording},
 		{method: "GET", path: "/recordings/:id/steps/:n/screenshot", summary: "The screenshot of a recorded step", produces: "image/jpeg", handler: s.recordingScreenshot},
 		{method: "GET", path: "/recordings/:id/export", summary: "Export: jsonl, parquet, gif, mp4 or html (a self-contained replay)",
 			query: []queryParam{{"format", "string", "jsonl, parquet, gif, mp4 or html", true}}, produces: "application/octet-stream", handler: s.exportRecording},
@@ -478,16 +478,14 @@ type episodePage struct {
 func (p episodePage) URL() string { return p.url }
 
 func (p episodePage) Eval(ctx context.Context, expr string) (json.RawMessage, error) {
-	status, raw, err := p.s.agentCall(ctx, p.sandboxID, "/browser/evaluate", map[string]string{"expression": expr})
+	status, raw, err := p.s.agentCall(ctx, p.sandboxID, "/browser/evaluate", api.EvaluateRequest{Expression: expr})
 	if err != nil {
 		return nil, err
 	}
 	if status != http.StatusOK {
 		return nil, envelopeError(status, raw)
 	}
-	var v struct {
-		Value json.RawMessage `json:"value"`
-	}
+	var v api.EvaluateResult
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, err
 	}
@@ -574,8 +572,8 @@ func (s *Server) finishRecording(ep *episodes.Episode) error {
 			info := ep.Attribution.Info
 			m.Attribution, m.AttributionStep = &info, ep.Attribution.Step
 		}
-		if len(ep.Evaluation) > 0 {
-			m.Evaluation = ep.Evaluation
+		if ep.Evaluation != nil {
+			m.Evaluation, _ = json.Marshal(ep.Evaluation)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/server/manager"
 )
 
@@ -84,6 +85,7 @@ func (s *Server) OpenAPI() map[string]any {
 		item[strings.ToLower(r.method)] = op
 	}
 	describeLimits(schemas, s.mgr.Limits())
+	describeGUIActions(schemas)
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info":    map[string]any{"title": "Orchard", "version": Version},
@@ -115,6 +117,10 @@ var rawJSON = reflect.TypeFor[json.RawMessage]()
 // timeType is time.Time, which JSON carries as an RFC 3339 string.
 var timeType = reflect.TypeFor[time.Time]()
 
+// stepObservationType is api.StepObservation, whose JSON is a browser's or
+// a desktop's observation (its MarshalJSON), not its Go fields.
+var stepObservationType = reflect.TypeFor[api.StepObservation]()
+
 // schemaOf describes t, registering named structs under components.
 func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 	nullable := false
@@ -128,6 +134,10 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 	case t == rawJSON:
 		// Free-form by design; the field's doc says what it holds.
 		s = map[string]any{}
+	case t == stepObservationType:
+		return map[string]any{"nullable": true, "oneOf": []any{
+			schemaOf(reflect.TypeFor[api.BrowserObservation](), schemas),
+			schemaOf(reflect.TypeFor[api.DesktopObservation](), schemas)}}
 	case t.Name() == "Command" && t.Kind() == reflect.String:
 		s = map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}
 	case t.Kind() == reflect.Struct:
@@ -149,6 +159,8 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		s = map[string]any{"type": "string", "format": "byte"}
 	case t.Kind() == reflect.Slice:
 		s = map[string]any{"type": "array", "items": schemaOf(t.Elem(), schemas)}
+	case t.Kind() == reflect.Array:
+		s = map[string]any{"type": "array", "items": schemaOf(t.Elem(), schemas), "minItems": t.Len(), "maxItems": t.Len()}
 	case t.Kind() == reflect.String:
 		s = map[string]any{"type": "string"}
 	case t.Kind() == reflect.Bool:
@@ -243,6 +255,24 @@ func describeLimits(schemas map[string]any, l manager.Limits) {
 		mem += fmt.Sprintf(" and at most %s on this server (%s)", manager.FormatMemory(l.Memory), l.MemoryFrom)
 	}
 	set("memory", mem+`; absent, null or "": DEFAULT_MEMORY`)
+}
+
+// describeGUIActions adds what the action types' JSON methods and the
+// desktop's parser do beyond their fields: BrowserAction's "path", which
+// its MarshalJSON writes from Points (drag) or File (upload_file), and the
+// other forms a desktop request may take.
+func describeGUIActions(schemas map[string]any) {
+	if act, _ := schemas["BrowserAction"].(map[string]any); act != nil {
+		props, _ := act["properties"].(map[string]any)
+		point := map[string]any{"type": "array", "items": map[string]any{"type": "number"}, "minItems": 2, "maxItems": 2}
+		props["path"] = map[string]any{"description": "drag: the points [[x,y],...]; upload_file: a file in the sandbox",
+			"oneOf": []any{map[string]any{"type": "array", "items": point}, map[string]any{"type": "string"}}}
+	}
+	if req, _ := schemas["DesktopActionsRequest"].(map[string]any); req != nil {
+		req["description"] = "The normalised form. The endpoint also reads {\"action\": {...}}, a bare action, or a JSON list of actions, " +
+			"and each action in Anthropic's computer-use form ({\"action\": \"left_click\", \"coordinate\": [x, y]}) or OpenAI's " +
+			"(click, move, keypress {keys: [...]}, scroll {scroll_x, scroll_y}); desktop/ACTIONS.md maps them."
+	}
 }
 
 func (s *Server) openapi(c *gin.Context) error {

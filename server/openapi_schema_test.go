@@ -13,22 +13,15 @@ var freeForm = map[string]string{
 	"GET /sandboxes/{id}/browser/cdp/json/version response": "Chromium's own DevTools discovery document, passed through with its WebSocket address rewritten",
 	"GET /sandboxes/{id}/browser/network response":          "the connection log, or with ?format=har an HTTP Archive 1.2 document",
 	"GET /sandboxes/{id}/network response":                  "the connection log, or with ?format=har an HTTP Archive 1.2 document",
+	"StepRequest.action":                                    "an action object of the episode's kind, passed to the sandbox as sent: a BrowserAction, or a desktop action in any of its three dialects (ours, Anthropic's and OpenAI's computer use, each its own shape)",
+	"StepRequest.actions[]":                                 "as StepRequest.action",
+	"Step.action":                                           "a recorded step's action objects as the policy sent them (as StepRequest.action), or a list of them",
+	"Step.result":                                           "a recorded step's sandbox answer as it came: a BrowserActionsResponse, a DesktopActionsResponse, or an error envelope",
+	"Evaluation.details[*]":                                 "what an eval compared: its fields depend on the eval type (answer_match, url_match, dom_match, js, exec, judge)",
+	"Manifest.evaluation":                                   "the Evaluation as the episode gave it: the recording format keeps it verbatim and depends on no other package of the module",
+	"Setup.sandbox":                                         "a fragment of a POST /sandboxes body merged as JSON over the episode's defaults: a field's absence is meaningful, so it is no CreateSandboxRequest",
+	"episodeRequest.sandbox":                                "as Setup.sandbox: a POST /sandboxes fragment merged over the task's setup.sandbox",
 }
-
-// notYetTyped lists schemas whose types are not in api yet; each entry
-// goes when its type does.
-var notYetTyped = map[string]string{
-	"POST /sandboxes/{id}/browser/actions request":     "the GUI step protocol (action envelope)",
-	"POST /sandboxes/{id}/browser/actions response":    "the GUI step protocol (results, observation)",
-	"GET /sandboxes/{id}/browser/observation response": "the GUI step protocol (observation)",
-	"POST /sandboxes/{id}/desktop/actions request":     "the GUI step protocol (action envelope)",
-	"POST /sandboxes/{id}/desktop/actions response":    "the GUI step protocol (results, observation)",
-	"GET /sandboxes/{id}/desktop/status response":      "the desktop's status and last fault",
-}
-
-// typedElsewhere are path prefixes whose bodies are typed with the
-// episode engine's own types, checked with it.
-var typedElsewhere = []string{"/episodes", "/tasks", "/recordings"}
 
 // untypedSchemas returns where doc's request and response schemas hold an
 // object (or any value) whose shape the document does not give.
@@ -81,13 +74,6 @@ func untypedSchemas(doc map[string]any) []string {
 	}
 	paths, _ := doc["paths"].(map[string]any)
 	for p, item := range paths {
-		skip := false
-		for _, pre := range typedElsewhere {
-			skip = skip || strings.HasPrefix(p, pre)
-		}
-		if skip {
-			continue
-		}
 		ops, _ := item.(map[string]any)
 		for method, op := range ops {
 			o, _ := op.(map[string]any)
@@ -107,7 +93,7 @@ func untypedSchemas(doc map[string]any) []string {
 	}
 	var out []string
 	for _, w := range found {
-		if freeForm[w] == "" && notYetTyped[w] == "" {
+		if freeForm[w] == "" {
 			out = append(out, w)
 		}
 	}
@@ -117,7 +103,7 @@ func untypedSchemas(doc map[string]any) []string {
 
 // check walks a top-level schema unless it is allowed as a whole.
 func check(at string, s map[string]any, walk func(string, map[string]any)) {
-	if freeForm[at] != "" || notYetTyped[at] != "" {
+	if freeForm[at] != "" {
 		return
 	}
 	walk(at, s)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
@@ -65,7 +66,7 @@ func TestBundledRandomPolicy(t *testing.T) {
 	// An environment fault (a browser that fails to launch on a loaded
 	// machine) is re-queued as a trainer would; it is not the policy's.
 	s := runBundled(t, runner.Config{Client: client.New(srv.URL, srv.APIKey), Tasks: ts, Concurrency: 3, MaxSteps: 6,
-		Observe: map[string]any{"screenshot": "none", "som": true}, Policy: runner.Random(1),
+		Observe: &api.Observe{Screenshot: "none", SOM: true}, Policy: runner.Random(1),
 		Requeue: runner.Requeue{MaxAttempts: 3, Budget: 5}})
 	t.Logf("random policy: %d/%d success (%.0f%%), %d failure, %d env_error, %d error; %d re-queued %+v",
 		s.Success, s.Total, 100*s.SuccessRate, s.Failure, s.EnvError, s.Error, s.Requeued, s.EnvErrors)
@@ -96,7 +97,7 @@ func TestBundledUnderFaults(t *testing.T) {
 		{"kind": "agent_kill", "p": 0.02},
 	}}})
 	s := runBundled(t, runner.Config{Client: client.New(srv.URL, srv.APIKey), Tasks: ts, Concurrency: 3,
-		Observe: map[string]any{"screenshot": "none", "som": false}, Policy: runner.Scripted(sites.Script), Sandbox: plan,
+		Observe: &api.Observe{Screenshot: "none"}, Policy: runner.Scripted(sites.Script), Sandbox: plan,
 		Requeue: runner.Requeue{MaxAttempts: 8, Budget: 60}})
 	t.Logf("under faults: %d tasks, %d episodes (%d re-queued): %d success, %d env_error; env_errors %+v",
 		s.Total, s.Episodes, s.Requeued, s.Success, s.EnvError, s.EnvErrors)

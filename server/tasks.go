@@ -59,11 +59,42 @@ func (s *Server) syncSuites(ctx context.Context) error {
 	return nil
 }
 
+// The bodies of /tasks and /recordings. Their elements are the task
+// format (tasks.Task) and the recording format (recordings.Manifest,
+// recordings.Step, recordings/FORMAT.md), which package api does not
+// depend on; the server, which renders them, names the envelopes.
+type (
+	// suiteList is the answer of GET /tasks.
+	suiteList struct {
+		Suites []tasks.SuiteInfo `json:"suites"`
+	}
+	// suiteTasks is the answer of GET /tasks/{suite}.
+	suiteTasks struct {
+		Suite string       `json:"suite"`
+		Tasks []tasks.Task `json:"tasks"`
+	}
+	// suiteLoaded is the answer of POST /tasks: the suite and its number
+	// of tasks.
+	suiteLoaded struct {
+		Suite string `json:"suite"`
+		Tasks int    `json:"tasks"`
+	}
+	// recordingList is the answer of GET /recordings, newest first.
+	recordingList struct {
+		Recordings []recordings.Manifest `json:"recordings"`
+	}
+	// recordingDoc is the answer of GET /recordings/{id}.
+	recordingDoc struct {
+		Manifest recordings.Manifest `json:"manifest"`
+		Steps    []recordings.Step   `json:"steps"`
+	}
+)
+
 func (s *Server) listTasks(c *gin.Context) error {
 	if err := s.syncSuites(c.Request.Context()); err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"suites": s.tasks.List()})
+	c.JSON(http.StatusOK, suiteList{Suites: s.tasks.List()})
 	return nil
 }
 
@@ -71,7 +102,7 @@ func (s *Server) suiteTasks(c *gin.Context) error {
 	if err := s.syncSuites(c.Request.Context()); err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"suite": c.Param("suite"), "tasks": s.tasks.Tasks(c.Param("suite"))})
+	c.JSON(http.StatusOK, suiteTasks{Suite: c.Param("suite"), Tasks: s.tasks.Tasks(c.Param("suite"))})
 	return nil
 }
 
@@ -108,7 +139,7 @@ func (s *Server) loadTasks(c *gin.Context) error {
 	s.suitesMu.Lock()
 	s.suiteSums[suite] = hexSum
 	s.suitesMu.Unlock()
-	c.JSON(http.StatusOK, gin.H{"suite": suite, "tasks": len(list)})
+	c.JSON(http.StatusOK, suiteLoaded{Suite: suite, Tasks: len(list)})
 	return nil
 }
 
@@ -136,7 +167,7 @@ func (s *Server) listRecordings(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"recordings": list})
+	c.JSON(http.StatusOK, recordingList{Recordings: list})
 	return nil
 }
 
@@ -145,7 +176,7 @@ func (s *Server) getRecording(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"manifest": r.Manifest(), "steps": r.Steps()})
+	c.JSON(http.StatusOK, recordingDoc{Manifest: r.Manifest(), Steps: r.Steps()})
 	return nil
 }
 

@@ -48,20 +48,38 @@ answer).`,
 			if err != nil {
 				return err
 			}
-			var out json.RawMessage
+			var (
+				out any
+				ok  bool
+			)
 			if kind == api.KindBrowser {
-				out, err = c.BrowserActions(cmd.Context(), args[0], req)
+				// Read as the browser reads it: a malformed action is
+				// refused here, as it would be there.
+				b, _ := json.Marshal(req)
+				var breq api.BrowserActionsRequest
+				if err := json.Unmarshal(b, &breq); err != nil {
+					return fmt.Errorf("act: %w", err)
+				}
+				res, err := c.BrowserActions(cmd.Context(), args[0], breq)
+				if err != nil {
+					return err
+				}
+				out, ok = res, res.OK
 			} else {
-				out, err = c.DesktopActions(cmd.Context(), args[0], req)
+				// Passed as it is: the desktop reads other vocabularies
+				// than api.DesktopAction's.
+				res, err := c.DesktopActions(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				out, ok = res, res.OK
 			}
+			b, err := json.Marshal(out)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), string(out))
-			var res struct {
-				OK bool `json:"ok"`
-			}
-			if json.Unmarshal(out, &res) == nil && !res.OK {
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			if !ok {
 				return exitError{code: 1}
 			}
 			return nil

@@ -147,7 +147,7 @@ func TestServeSurvivesResetConnections(t *testing.T) {
 		}},
 		{name: "egress from a browser", n: 10, par: 1, hangUp: func() error {
 			// The navigation fails (the site reset it); the server must not.
-			nav := map[string]any{"actions": []map[string]any{{"type": "navigate", "url": "http://" + site + "/"}}}
+			nav := api.BrowserActionsRequest{Actions: []api.BrowserAction{{Type: "navigate", URL: "http://" + site + "/"}}}
 			if _, err := c.BrowserActions(ctx, ep.SandboxID, nav); err != nil && p.Alive() != nil {
 				return err
 			}
