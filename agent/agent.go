@@ -11,6 +11,9 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,6 +26,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -101,6 +105,12 @@ type Config struct {
 	// BrowserSocket is where a browser sandbox's browser daemon listens.
 	// Default /run/orchard-browser.sock.
 	BrowserSocket string
+	// TokenSHA256, when set, is the SHA-256 of the bearer token every
+	// request but /health must carry (Authorization: Bearer <token>): an
+	// agent that listens on a network (a pod's) answers only its server.
+	// The sandbox's spec holds only the hash, so reading it reveals no
+	// token.
+	TokenSHA256 []byte
 }
 
 // withDefaults returns c with defaults filled in, or an error if a field is
@@ -282,10 +292,27 @@ func (s *Server) route(pattern string, h handlerFunc) {
 		s.handlers.Add(1)
 		s.mu.RUnlock()
 		defer s.handlers.Done()
+		if pattern != "GET /health" && !s.authorized(r) {
+			s.writeError(w, r, faults.New(faults.CodeForbidden, faults.PermissionDenied, faults.Platform, "this agent answers its server only"))
+			return
+		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// authorized reports whether r carries the agent's token, when it has one.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.TokenSHA256 == nil {
+		return true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(sum[:], s.cfg.TokenSHA256) == 1
 }
 
 // writeError is the one place errors become HTTP responses.
@@ -357,6 +384,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	fs := flag.NewFlagSet("orchard-agent", flag.ContinueOnError)
 	sock := fs.String("socket", DefaultSocket, "unix socket to listen on")
 	listenFD := fs.Int("listen-fd", -1, "serve on this inherited listening socket instead of --socket")
+	listenTCP := fs.String("listen", "", "serve on this TCP address (host:port) instead of --socket; needs --token-sha256")
+	tokenHash := fs.String("token-sha256", "", "hex SHA-256 of the bearer token every request but /health must carry")
 	threads := fs.Int("reserve-threads", 0, "OS threads to make at start (see reserveThreads)")
 	kind := fs.String("kind", "shell", "sandbox kind: shell or browser")
 	kindOptions := fs.String("kind-options", "{}", "the kind's settings (JSON)")
@@ -368,6 +397,18 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	seccompFlags := fs.Uint("seccomp-flags", 0, "seccomp(2) flags to install the program with (TSYNC is always added)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var sum []byte
+	if *tokenHash != "" {
+		var herr error
+		if sum, herr = hex.DecodeString(*tokenHash); herr != nil || len(sum) != sha256.Size {
+			return fmt.Errorf("--token-sha256: want %d hex bytes", sha256.Size)
+		}
+	}
+	if *listenTCP != "" && sum == nil {
+		// A network listener without a token would serve anyone who can
+		// reach the sandbox.
+		return errors.New("--listen needs --token-sha256")
 	}
 	if *kind == "shell" {
 		// A shell sandbox's agent only passes bytes and waits on its
@@ -389,7 +430,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		version = bi.Main.Version
 	}
-	s, err := New(Config{Cwd: getenv("WORKING_DIR"), Version: version, Logger: log})
+	s, err := New(Config{Cwd: getenv("WORKING_DIR"), Version: version, Logger: log, TokenSHA256: sum})
 	if err != nil {
 		return err
 	}
@@ -430,7 +471,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 		}
 	}
 	var ln net.Listener
-	if *listenFD >= 0 {
+	switch {
+	case *listenTCP != "":
+		ln, err = net.Listen("tcp", *listenTCP)
+		if err == nil {
+			*sock = ln.Addr().String()
+		}
+	case *listenFD >= 0:
 		// The server made the socket on the host and passed it down, so
 		// its path is out of the sandbox's reach.
 		f := os.NewFile(uintptr(*listenFD), "agent-listener")
@@ -439,7 +486,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string) error 
 		if err == nil {
 			*sock = ln.Addr().String()
 		}
-	} else {
+	default:
 		ln, err = listenUnix(*sock)
 	}
 	if err != nil {

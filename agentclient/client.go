@@ -59,10 +59,14 @@ const (
 // Client talks to one agent. It keeps a pool of keep-alive connections; it
 // is safe for concurrent use.
 type Client struct {
-	base   string // http://... prefix of every request
-	wsURL  string // ws://.../exec/pty
-	hc     *http.Client
-	tr     *http.Transport
+	base  string // http://... prefix of every request
+	wsURL string // ws://.../exec/pty
+	hc    *http.Client
+	tr    *http.Transport
+	rt    http.RoundTripper // tr, adding the agent's credentials
+	// header is what every request carries: the agent's token, when
+	// its address has one.
+	header http.Header
 	dialer *websocket.Dialer
 	badErr error // set when addr could not be understood
 	// execs carries Exec requests on plain connections (see execconn.go);
@@ -71,7 +75,10 @@ type Client struct {
 }
 
 // NewClient returns a client for the agent at addr: "unix:/path/agent.sock"
-// or "http://host:port". A malformed addr makes every call fail.
+// or "http://host:port". An http address may carry the agent's token as
+// its password ("http://orchard:TOKEN@host:port", the form a network-facing
+// agent's runtime gives): every request then sends it as a bearer token.
+// A malformed addr makes every call fail.
 func NewClient(addr string) *Client {
 	c := &Client{}
 	d := &net.Dialer{Timeout: clientDialTimeout}
@@ -88,9 +95,13 @@ func NewClient(addr string) *Client {
 	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
 		u, err := url.Parse(strings.TrimRight(addr, "/"))
 		if err != nil || u.Host == "" {
-			c.badErr = fmt.Errorf("agent address %q: %v", addr, err)
+			// Neither the address nor url's error (which quotes it) is
+			// repeated: it may hold the agent's token.
+			c.badErr = errors.New("agent address is not a URL")
 			break
 		}
+		c.header = authHeader(u)
+		u.User = nil
 		c.base = u.String()
 		ws := *u
 		ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
@@ -108,10 +119,14 @@ func NewClient(addr string) *Client {
 		// Output is mostly small chunks; compression only adds latency.
 		DisableCompression: true,
 	}
-	c.hc = &http.Client{Transport: c.tr}
+	c.rt = c.tr
+	if c.header != nil {
+		c.rt = &authTransport{rt: c.tr, header: c.header}
+	}
+	c.hc = &http.Client{Transport: c.rt}
 	if c.badErr == nil && strings.HasPrefix(c.base, "http://") {
 		host := strings.TrimPrefix(c.base, "http://")
-		c.execs = &execPool{dial: func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", host) }}
+		c.execs = &execPool{dial: func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", host) }, header: c.header}
 	}
 	c.dialer = &websocket.Dialer{
 		NetDialContext:   dial,
@@ -457,6 +472,15 @@ func (c *Client) DialPTY(ctx context.Context, header http.Header) (*websocket.Co
 	if c.badErr != nil {
 		return nil, nil, faults.Wrap(c.badErr, faults.CodeMisconfigured, faults.Internal, faults.Platform, "bad agent address")
 	}
+	if c.header != nil {
+		header = header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		for k, v := range c.header {
+			header[k] = v
+		}
+	}
 	conn, resp, err := c.dialer.DialContext(ctx, c.wsURL, header)
 	if err == nil {
 		return conn, resp, nil
@@ -470,26 +494,62 @@ func (c *Client) DialPTY(ctx context.Context, header http.Header) (*websocket.Co
 }
 
 // HTTP returns the agent's base URL and the client's transport, for
-// forwarding requests (a reverse proxy) to the agent.
+// forwarding requests (a reverse proxy) to the agent. The transport adds
+// the agent's credentials.
 func (c *Client) HTTP() (*url.URL, http.RoundTripper) {
 	u, err := url.Parse(c.base)
 	if err != nil || c.badErr != nil {
 		u = &url.URL{Scheme: "http", Host: "invalid"}
 	}
-	return u, c.tr
+	return u, c.rt
+}
+
+// authHeader is the header that carries the token in u's password.
+func authHeader(u *url.URL) http.Header {
+	if u.User == nil {
+		return nil
+	}
+	tok, ok := u.User.Password()
+	if !ok || tok == "" {
+		return nil
+	}
+	return http.Header{"Authorization": {"Bearer " + tok}}
+}
+
+// authTransport adds the agent's credentials to every request; a
+// forwarded client request never brings its own (the server drops them).
+type authTransport struct {
+	rt     http.RoundTripper
+	header http.Header
+}
+
+func (t *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.header {
+		r.Header[k] = v
+	}
+	return t.rt.RoundTrip(r)
 }
 
 // DialRaw opens a bare connection to the agent at addr ("unix:/path" or
-// "http://host:port"), for protocols that upgrade it (the egress tunnel).
-func DialRaw(ctx context.Context, addr string) (net.Conn, error) {
+// "http://host:port"), for protocols that upgrade it (the egress tunnel),
+// and returns the header the upgrade request must carry (the agent's
+// token; nil for none). It is an egress.DialAgent.
+func DialRaw(ctx context.Context, addr string) (net.Conn, http.Header, error) {
 	var d net.Dialer
 	switch {
 	case strings.HasPrefix(addr, "unix:"):
-		return d.DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix:"))
+		c, err := d.DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix:"))
+		return c, nil, err
 	case strings.HasPrefix(addr, "http://"):
-		return d.DialContext(ctx, "tcp", strings.TrimPrefix(addr, "http://"))
+		u, err := url.Parse(addr)
+		if err != nil || u.Host == "" {
+			return nil, nil, errors.New("agent address is not a URL")
+		}
+		c, err := d.DialContext(ctx, "tcp", u.Host)
+		return c, authHeader(u), err
 	}
-	return nil, fmt.Errorf("agent address %q: want unix:/path or http://host:port", addr)
+	return nil, nil, fmt.Errorf("agent address %q: want unix:/path or http://host:port", addr)
 }
 
 // lineLimit fails a read once a line grows past max bytes: a JSON decoder

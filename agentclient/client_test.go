@@ -2,9 +2,11 @@ package agentclient
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/orchard/orchard/agent"
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/egress"
 	"github.com/orchard/orchard/faults"
 )
 
@@ -172,5 +175,107 @@ func TestExecReusesConnection(t *testing.T) {
 	}
 	if n := ln.n.Load(); n != 1 {
 		t.Errorf("%d connections for 50 execs, want 1", n)
+	}
+}
+
+// An agent that listens on a network answers only requests with its
+// token; a client whose address carries the token sends it on every kind
+// of call: JSON, exec streams, WebSockets, forwarded requests and raw
+// upgrades.
+func TestTokenAuth(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "s3cret-token"
+	sum := sha256.Sum256([]byte(token))
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir()}
+	srv, err := agent.New(agent.Config{Root: t.TempDir(), Env: env, Logger: testLogger, TokenSHA256: sum[:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-served })
+	host := ln.Addr().String()
+
+	good := NewClient("http://orchard:" + token + "@" + host)
+	defer good.Close()
+	for _, c := range []struct {
+		name string
+		addr string
+	}{{"no token", "http://" + host}, {"wrong token", "http://orchard:nope@" + host}} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := NewClient(c.addr)
+			defer bad.Close()
+			if _, err := bad.Health(t.Context()); err != nil {
+				t.Errorf("health without the token: %v (it is public)", err)
+			}
+			_, err := bad.Exec(t.Context(), api.AgentExecRequest{Command: "true"}, nil)
+			wantFault(t, err, 403, faults.PermissionDenied, faults.CodeForbidden)
+			_, err = bad.List(t.Context(), "/")
+			wantFault(t, err, 403, faults.PermissionDenied, faults.CodeForbidden)
+			if _, _, err := bad.DialPTY(t.Context(), nil); err == nil {
+				t.Error("PTY opened without the token")
+			}
+			base, rt := bad.HTTP()
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", base.String()+"/files/list?path=/", nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 403 {
+				t.Errorf("forwarded request without the token: %d, want 403", resp.StatusCode)
+			}
+		})
+	}
+
+	exit, err := good.Exec(t.Context(), api.AgentExecRequest{Command: "echo hi"}, nil)
+	if err != nil || exit.ExitCode != 0 {
+		t.Fatalf("exec with the token: %+v %v", exit, err)
+	}
+	if _, err := good.List(t.Context(), "/"); err != nil {
+		t.Fatalf("list with the token: %v", err)
+	}
+	conn, _, err := good.DialPTY(t.Context(), nil)
+	if err != nil {
+		t.Fatalf("PTY with the token: %v", err)
+	}
+	conn.Close()
+	base, rt := good.HTTP()
+	if base.User != nil {
+		t.Errorf("HTTP base %s keeps the credentials", base.Redacted())
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", base.String()+"/files/list?path=/", nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("forwarded request with the token: %d", resp.StatusCode)
+	}
+	raw, hdr, err := DialRaw(t.Context(), "http://orchard:"+token+"@"+host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if got := hdr.Get("Authorization"); got != "Bearer "+token {
+		t.Errorf("DialRaw header = %q", got)
+	}
+	// The agent has no egress proxy: an authorized upgrade reaches the
+	// handler (and is refused there), an unauthorized one does not.
+	if _, err := egress.Upgrade(t.Context(), raw, egress.TunnelProtocol, hdr); err == nil || strings.Contains(err.Error(), "403") {
+		t.Errorf("authorized upgrade: %v, want the handler's refusal", err)
+	}
+	raw2, _, err := DialRaw(t.Context(), "http://"+host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw2.Close()
+	if _, err := egress.Upgrade(t.Context(), raw2, egress.TunnelProtocol, nil); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("unauthorized upgrade: %v, want 403", err)
 	}
 }

@@ -30,7 +30,8 @@ type execConn struct {
 
 // execPool holds idle exec connections, most recently used first.
 type execPool struct {
-	dial func(ctx context.Context) (net.Conn, error)
+	dial   func(ctx context.Context) (net.Conn, error)
+	header http.Header // sent with every request: the agent's token
 
 	mu   sync.Mutex // guards idle
 	idle []*execConn
@@ -102,8 +103,14 @@ func (r *execResponse) finish(complete bool) {
 // ctx ending aborts the connection's I/O; the caller must stop the returned
 // func once done with the response.
 func (p *execPool) post(ctx context.Context, host, path string, body []byte) (*execResponse, func() bool, error) {
-	head := fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: orchard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+	head := fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: orchard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n",
 		path, host, len(body))
+	for k, vs := range p.header {
+		for _, v := range vs {
+			head = fmt.Appendf(head, "%s: %s\r\n", k, v)
+		}
+	}
+	head = append(head, "\r\n"...)
 	req := append(head, body...)
 	for attempt := 0; ; attempt++ {
 		conn, reused, err := p.get(ctx)

@@ -131,9 +131,10 @@ func newRigRelay(t testing.TB, allow []string, plan *faults.Plan, relayOnly bool
 
 	d := &Dialer{AllowPrefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Hosts: testHosts("site", "status", "dns", "reset", "slow"), Timeout: 3 * time.Second}
-	hub := NewHub(d, func(ctx context.Context, addr string) (net.Conn, error) {
+	hub := NewHub(d, func(ctx context.Context, addr string) (net.Conn, http.Header, error) {
 		var nd net.Dialer
-		return nd.DialContext(ctx, "unix", addr)
+		c, err := nd.DialContext(ctx, "unix", addr)
+		return c, nil, err
 	}, nil)
 	hub.relayOnly = relayOnly
 	hub.Attach("sb", sock, allow)

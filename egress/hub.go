@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +18,7 @@ import (
 // reconnects with backoff when the connection breaks, until Detach.
 type Hub struct {
 	dialer    *Dialer
-	dialAgent func(ctx context.Context, addr string) (net.Conn, error)
+	dialAgent DialAgent
 	log       *slog.Logger
 	// relayOnly keeps every connection on the tunnel's streams (the
 	// benchmark's baseline).
@@ -35,9 +36,13 @@ type hubTunnel struct {
 	policy Policy
 }
 
-// NewHub returns a hub dialing for sandboxes with d; dialAgent opens a raw
-// connection to an agent address ("unix:/path").
-func NewHub(d *Dialer, dialAgent func(ctx context.Context, addr string) (net.Conn, error), log *slog.Logger) *Hub {
+// DialAgent opens a raw connection to the agent at addr and returns the
+// header the agent wants on its requests (its credentials; nil for none).
+type DialAgent func(ctx context.Context, addr string) (net.Conn, http.Header, error)
+
+// NewHub returns a hub dialing for sandboxes with d; dialAgent connects to
+// an agent address.
+func NewHub(d *Dialer, dialAgent DialAgent, log *slog.Logger) *Hub {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -189,11 +194,11 @@ func (h *Hub) attachOnce(ctx context.Context, addr string, dial DialFunc, log *s
 func (h *Hub) upgrade(ctx context.Context, addr, proto string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
 	defer cancel()
-	conn, err := h.dialAgent(ctx, addr)
+	conn, hdr, err := h.dialAgent(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	up, err := Upgrade(ctx, conn, proto)
+	up, err := Upgrade(ctx, conn, proto, hdr)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -426,13 +427,17 @@ func closeWrite(c net.Conn) {
 
 // Upgrade turns a fresh connection to an agent into a tunnel connection
 // (proto TunnelProtocol) or a socket channel (SocketProtocol).
-func Upgrade(ctx context.Context, conn net.Conn, proto string) (net.Conn, error) {
+func Upgrade(ctx context.Context, conn net.Conn, proto string, header http.Header) (net.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
 	defer conn.SetDeadline(time.Time{})
-	_, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: %s\r\nContent-Length: 0\r\n\r\n",
-		TunnelPath, proto)
+	req := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: TunnelPath}, Host: "agent",
+		Header: http.Header{"Connection": {"Upgrade"}, "Upgrade": {proto}}}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	err := req.Write(conn)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ const (
 	CodeAgentUnreachable = "sandbox.agent_unreachable"
 	CodeSandboxDied      = "sandbox.died"
 	CodeOOM              = "sandbox.oom"
+	CodeSandboxEvicted   = "sandbox.evicted"
 	CodePidsLimit        = "sandbox.pids_limit"
 	CodeExecTimeout      = "sandbox.exec_timeout"
 	CodeWaitTimeout      = "sandbox.wait_timeout"
@@ -50,6 +51,9 @@ const (
 	CodeImageUnpack      = "image.unpack_failed"
 	CodeKindUnsupported  = "runtime.kind_unsupported"
 	CodeNetworkEgressOff = "runtime.egress_unavailable"
+	// CodeKubeAPI: the Kubernetes API server refused or did not answer a
+	// call of the kube runtime (after its retries).
+	CodeKubeAPI = "runtime.kube_api"
 
 	// Platform.
 	CodeInternal         = "platform.internal"

@@ -54,6 +54,7 @@ var registry = []CodeInfo{
 	{CodeAgentDied, Unavailable, Sandbox, true, true, "The sandbox's agent process died."},
 	{CodeSandboxDied, Unavailable, Sandbox, true, true, "The sandbox stopped: its processes exited or the runtime lost it."},
 	{CodeOOM, ActionFailed, Sandbox, false, true, "The sandbox or the command was killed for exceeding the sandbox's memory limit."},
+	{CodeSandboxEvicted, Unavailable, Sandbox, true, true, "The sandbox's node evicted it (node out of memory or disk, or drained): its state is gone; create another."},
 	{CodePidsLimit, ActionFailed, Sandbox, false, true, "A command could not start because the sandbox's process limit is reached."},
 	{CodeExecTimeout, Timeout, Policy, false, false, "A command ran past its own timeout and was killed; the command was the caller's choice. " +
 		"Comes with source sandbox when the agent stopped answering past that bound."},
@@ -82,6 +83,7 @@ var registry = []CodeInfo{
 	{CodeCapacity, Capacity, Platform, true, true, "The host has no room for another sandbox; retry later or elsewhere."},
 	{CodeKindUnsupported, NotImplemented, Client, false, false, "This server does not offer the requested sandbox kind or operation."},
 	{CodeNetworkEgressOff, NotImplemented, Client, false, false, "This server cannot enforce the requested egress settings."},
+	{CodeKubeAPI, Unavailable, Platform, true, true, "The Kubernetes API server refused or did not answer the runtime (rate limited, overloaded, unreachable) after its retries."},
 	{CodeImageRef, InvalidRequest, Client, false, false, "The image reference cannot be parsed."},
 	{CodeImageNotFound, NotFound, Client, false, false, "The image does not exist, or has no variant for this architecture."},
 	{CodeImagePull, Unavailable, Network, true, true, "Pulling the image from its registry failed."},

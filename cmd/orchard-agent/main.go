@@ -2,7 +2,10 @@
 // PID 1 and serves the agent protocol (exec, PTY, files, patches) over HTTP
 // on a unix socket that the server reaches from the host. Its subcommands
 // run the sandbox's daemons: the browser, the desktop, and the offline
-// sites that bundled tasks browse (`orchard-agent sites`).
+// sites that bundled tasks browse (`orchard-agent sites`);
+// `orchard-agent install PATH` copies the agent to PATH (a Kubernetes init
+// container's job). With --listen and --token-sha256 it serves a pod's
+// network instead of a unix socket.
 package main
 
 import (
@@ -28,6 +31,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "browser" {
 		run = func() error { return agent.BrowserMain(ctx, os.Args[2:]) }
+	}
+	if len(os.Args) == 3 && os.Args[1] == "install" {
+		run = func() error { return agent.Install(os.Args[2]) }
 	}
 	if len(os.Args) > 1 && os.Args[1] == "sites" {
 		run = func() error { return agent.SitesMain(ctx, os.Args[2:], sites.Handler(), sites.Header) }

@@ -526,6 +526,9 @@ func deathFault(reason string) api.FaultInfo {
 	if strings.HasPrefix(reason, "oom") {
 		return toFaultInfo(faults.New(faults.CodeOOM, faults.ActionFailed, faults.Sandbox, "sandbox was killed: out of memory"))
 	}
+	if strings.HasPrefix(reason, "evicted") {
+		return toFaultInfo(faults.New(faults.CodeSandboxEvicted, faults.Unavailable, faults.Sandbox, "sandbox was evicted: "+reason))
+	}
 	return toFaultInfo(faults.New(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox, deathMessage(reason)))
 }
 
