@@ -47,6 +47,11 @@ type Config struct {
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
 
+	// Runtime is where sandboxes run (--runtime / ORCHARD_RUNTIME): local
+	// (containers on this machine) or kube (pods, settings in Kube).
+	Runtime string
+	Kube    KubeConfig
+
 	Server     server.Config
 	Manager    manager.Config
 	SiteHealth sitehealth.Config // SITE_BREAKER_FAILURES, SITE_BREAKER_OPEN_SECONDS, SITE_RATE_PER_SECOND, SITE_RATE_BURST
@@ -141,6 +146,12 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	if !flagSet("image-dir") {
 		paths("ORCHARD_IMAGE_DIRS", &cfg.ImageDirs)
 	}
+	if !flagSet("runtime") {
+		str("ORCHARD_RUNTIME", &cfg.Runtime)
+	}
+	if !flagSet("kubeconfig") && !flagSet("kube-agent-image") {
+		cfg.Kube.loadEnv(str)
+	}
 	str("ORCHARD_AGENT", &cfg.AgentPath)
 	str("ORCHARD_INIT", &cfg.InitPath)
 	str("REDIS_URL", &cfg.RedisURL)
@@ -225,6 +236,15 @@ func defaultConfig(getenv func(string) string) Config {
 
 // validate checks what the server cannot run without.
 func (c *Config) validate() error {
+	switch c.Runtime {
+	case "", "local":
+	case "kube":
+		if c.Kube.AgentImage == "" {
+			return fmt.Errorf("runtime kube needs the agent image (--kube-agent-image or ORCHARD_KUBE_AGENT_IMAGE)")
+		}
+	default:
+		return fmt.Errorf("unknown runtime %q (local or kube)", c.Runtime)
+	}
 	switch c.Store {
 	case "memory":
 	case "redis":

@@ -23,6 +23,7 @@ import (
 	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/evaluate"
 	"github.com/orchard/orchard/metrics"
+	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/server"
 	"github.com/orchard/orchard/server/manager"
@@ -53,6 +54,10 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address (env ORCHARD_ADDR, or HOST and PORT)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: sandboxes, image cache, API key (env ORCHARD_STATE_DIR)")
+	f.StringVar(&cfg.Runtime, "runtime", "local", "where sandboxes run: local (containers on this machine) or kube (pods in --kube-namespace; env ORCHARD_RUNTIME)")
+	f.StringVar(&cfg.Kube.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster for --runtime kube; empty: in-cluster (env KUBECONFIG)")
+	f.StringVar(&cfg.Kube.AgentImage, "kube-agent-image", "", "image holding /orchard-agent, copied into every sandbox pod (env ORCHARD_KUBE_AGENT_IMAGE)")
+	f.StringVar(&cfg.Manager.Namespace, "kube-namespace", cfg.Manager.Namespace, "namespace of sandbox pods (env SANDBOX_NAMESPACE)")
 	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory, or redis for several replicas (env ORCHARD_STORE, USE_REDIS; REDIS_URL)")
 	f.StringArrayVar(&cfg.ImageDirs, "image-dir", nil, "directory whose archives and layouts docker-archive: and oci-layout: images may name; repeat for more (env ORCHARD_IMAGE_DIRS, ':'-separated; none by default)")
 	f.StringArrayVar(&cfg.HostExpose, "host-expose", nil, "host path that \"host\" sandboxes see read-only although a mask hides it; repeat for more (env ORCHARD_HOST_EXPOSE, ':'-separated)")
@@ -156,17 +161,32 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	if err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	rt, err := local.New(local.Config{
-		StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
-		// All of it: the API key, recordings, the agent binary.
-		HostMasks:  []string{stateDir},
-		HostExpose: cfg.HostExpose,
-		ImageDirs:  cfg.ImageDirs,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("local runtime: %w", err)
+	var rt runtime.Runtime
+	if cfg.Runtime == "kube" {
+		kr, err := newKubeRuntime(ctx, cfg.Kube, cfg.Manager.Namespace, log)
+		if err != nil {
+			return nil, err
+		}
+		rt = kr
+		// Pods have no host image: a create that names none gets the
+		// runtime's default for its kind.
+		cfg.Manager.RuntimeImages = true
+	} else {
+		lr, err := local.New(local.Config{
+			StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
+			// All of it: the API key, recordings, the agent binary.
+			HostMasks:  []string{stateDir},
+			HostExpose: cfg.HostExpose,
+			ImageDirs:  cfg.ImageDirs,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("local runtime: %w", err)
+		}
+		rt = lr
 	}
-	s.closers = append(s.closers, func() { _ = rt.Close() })
+	if c, ok := rt.(runtime.Closer); ok {
+		s.closers = append(s.closers, func() { _ = c.Close() })
+	}
 	st, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ var reference = regexp.MustCompile(`^(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[
 func (r *Runtime) image(spec runtime.Spec) (string, error) {
 	img := spec.Image
 	if img == "" {
-		img = r.cfg.Images[spec.Kind]
+		img = r.cfg.Images[kindOr(spec.Kind)]
 	}
 	switch {
 	case img == "":

@@ -65,8 +65,11 @@ type Egress interface {
 // Config holds the manager's settings; zero values take the defaults of
 // ORCHARD_COMPAT §8.
 type Config struct {
-	Namespace               string        // SANDBOX_NAMESPACE
-	DefaultImage            string        // used when a create names no image (never by the SDK)
+	Namespace    string // SANDBOX_NAMESPACE
+	DefaultImage string // used when a create names no image (never by the SDK)
+	// RuntimeImages leaves the image of a create that names none to the
+	// runtime (its default image per kind) instead of DefaultImage.
+	RuntimeImages           bool
 	DefaultCPU              string        // DEFAULT_CPU
 	DefaultMemory           string        // DEFAULT_MEMORY
 	DefaultEphemeralStorage string        // DEFAULT_EPHEMERAL_STORAGE: what a sandbox may write
@@ -269,7 +272,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		return store.Sandbox{}, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client,
 			"egress settings need block_network=false")
 	}
-	if p.Image == "" {
+	if p.Image == "" && !m.cfg.RuntimeImages {
 		p.Image = m.cfg.DefaultImage
 	}
 	if c, ok := m.rt.(runtime.ImageChecker); ok {
