@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -79,10 +80,12 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
 	retries  *prometheus.CounterVec
+	kubeAPI  *prometheus.CounterVec
 	breaker  *gaugeFunc
 	sandbox  *gaugeFunc
 
 	route, category, source, code, layer *label
+	kubeVerb, kubeResource               *label
 }
 
 // New returns metrics registered on a fresh registry together with the Go
@@ -107,6 +110,10 @@ func New() *Metrics {
 			Name: "orchard_retries_total",
 			Help: "Retried attempts by layer.",
 		}, []string{"layer"}),
+		kubeAPI: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchard_kube_api_requests_total",
+			Help: "Calls of the Kubernetes runtime to the API server, by verb, resource and status class (the informer's list and watch included).",
+		}, []string{"verb", "resource", "status"}),
 		breaker: newGaugeFunc("orchard_breaker_state", "Hosts per circuit-breaker state.",
 			[]*label{newLabel("state", len(breakerStates), isIdent)}, seeds1(breakerStates)),
 		sandbox: newGaugeFunc("orchard_sandboxes", "Sandboxes by kind and status.",
@@ -117,11 +124,15 @@ func New() *Metrics {
 		source:   newLabel("source", maxSources, isIdent),
 		code:     newLabel("code", maxCodes, isIdent),
 		layer:    newLabel("layer", maxLayers, isIdent),
+		kubeVerb: newLabel("verb", 16, isIdent),
+		kubeResource: newLabel("resource", 32, func(v string) bool {
+			return isIdent(strings.ReplaceAll(v, "/", "."))
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.errors, m.retries, m.breaker, m.sandbox,
+		m.requests, m.duration, m.errors, m.retries, m.kubeAPI, m.breaker, m.sandbox,
 	)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		// A failing source (the store) drops its own series; the rest
@@ -184,6 +195,20 @@ func (m *Metrics) observeRequest(route, method string, status int, d time.Durati
 // ObserveError counts one error response.
 func (m *Metrics) ObserveError(category, source, code string) {
 	m.errors.WithLabelValues(m.category.value(category), m.source.value(source), m.code.value(code)).Inc()
+}
+
+// ObserveKubeAPI counts one call of the Kubernetes runtime to the API
+// server; status is a class ("2xx", "4xx", "error").
+func (m *Metrics) ObserveKubeAPI(verb, resource, status string) {
+	m.kubeAPI.WithLabelValues(m.kubeVerb.value(verb), m.kubeResource.value(resource), boundClass(status)).Inc()
+}
+
+func boundClass(s string) string {
+	switch s {
+	case "1xx", "2xx", "3xx", "4xx", "5xx":
+		return s
+	}
+	return "error"
 }
 
 // ObserveRetry counts one retried attempt in layer (RetryNavigation,

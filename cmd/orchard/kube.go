@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +13,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/kube"
 )
+
+// kubeConcurrentCreates is MAX_CONCURRENT_CREATES's default with the
+// kube runtime.
+const kubeConcurrentCreates = 1000
 
 // KubeConfig is the Kubernetes runtime's settings (--runtime kube).
 type KubeConfig struct {
@@ -113,7 +119,7 @@ func toleration(s string) (corev1.Toleration, error) {
 
 // newKubeRuntime connects to the cluster (the kubeconfig, or the pod's
 // service account in a cluster) and starts the runtime.
-func newKubeRuntime(ctx context.Context, k KubeConfig, ns string, log *slog.Logger) (*kube.Runtime, error) {
+func newKubeRuntime(ctx context.Context, k KubeConfig, ns string, m *metrics.Metrics, log *slog.Logger) (*kube.Runtime, error) {
 	cfg, err := k.runtimeConfig(ns, log)
 	if err != nil {
 		return nil, err
@@ -130,6 +136,11 @@ func newKubeRuntime(ctx context.Context, k KubeConfig, ns string, log *slog.Logg
 	// Creates come in bursts (a trainer starts hundreds of sandboxes at
 	// once): client-go's default of 5 per second would queue them.
 	rc.QPS, rc.Burst = 200, 400
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return kube.CountRequests(rt, func(verb, resource string, code int) {
+			m.ObserveKubeAPI(verb, resource, kube.StatusClass(code))
+		})
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube runtime: %w", err)

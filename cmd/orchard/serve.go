@@ -161,9 +161,10 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	if err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	cfg.Server.Metrics = metrics.New()
 	var rt runtime.Runtime
 	if cfg.Runtime == "kube" {
-		kr, err := newKubeRuntime(ctx, cfg.Kube, cfg.Manager.Namespace, log)
+		kr, err := newKubeRuntime(ctx, cfg.Kube, cfg.Manager.Namespace, cfg.Server.Metrics, log)
 		if err != nil {
 			return nil, err
 		}
@@ -171,6 +172,11 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 		// Pods have no host image: a create that names none gets the
 		// runtime's default for its kind.
 		cfg.Manager.RuntimeImages = true
+		if cfg.Manager.MaxConcurrentCreates == 0 {
+			// A create costs this machine one API call and a wait on the
+			// informer, not a container start: the cluster bounds them.
+			cfg.Manager.MaxConcurrentCreates = kubeConcurrentCreates
+		}
 	} else {
 		lr, err := local.New(local.Config{
 			StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
@@ -210,7 +216,6 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	cfg.Manager.Browser = true
 	cfg.Manager.Desktop = true
 	cfg.Manager.AdoptOrphans = cfg.Store == "memory"
-	cfg.Server.Metrics = metrics.New()
 	cfg.Manager.OnRetry = cfg.Server.Metrics.ObserveRetry
 	agents := agentclient.NewPool(0)
 	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
