@@ -4,7 +4,8 @@
 //
 //   - the sandbox image: the static program in ./pause at /pause;
 //   - the agent image: a static bin/orchard-agent at /orchard-agent, which an
-//     init container copies into a pod's emptyDir;
+//     init container copies into a pod's emptyDir with the image's
+//     /bin/cp (busybox: the agent has no mode that copies itself);
 //   - the shell image: Debian's busybox-static at /bin/busybox with a link
 //     per applet, so a pod's main container has sh, sleep, cat, ...
 //
@@ -77,7 +78,7 @@ func run(ctx context.Context, args []string) error {
 		build func() (v1.Image, error)
 	}{
 		{*pauseRef, func() (v1.Image, error) { return binaryImage(pause, "/pause") }},
-		{*agentRef, func() (v1.Image, error) { return binaryImage(*agent, "/orchard-agent") }},
+		{*agentRef, func() (v1.Image, error) { return agentImage(*agent, *busybox) }},
 		{*shellRef, func() (v1.Image, error) { return shellImage(ctx, *busybox) }},
 	} {
 		ref, err := name.NewTag(spec.ref)
@@ -115,6 +116,28 @@ func binaryImage(binary, path string) (v1.Image, error) {
 	l.base()
 	l.file(path, 0o755, data)
 	return l.image([]string{path})
+}
+
+// agentImage is the agent plus what an init container needs to copy it:
+// `cp /orchard-agent /agent/` (and sh and ls to look around).
+func agentImage(agent, busybox string) (v1.Image, error) {
+	data, err := os.ReadFile(agent)
+	if err != nil {
+		return nil, err
+	}
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, err
+	}
+	var l layer
+	l.base()
+	l.file("/orchard-agent", 0o755, data)
+	l.dir("/bin", 0o755)
+	l.file("/bin/busybox", 0o755, bb)
+	for _, applet := range []string{"cp", "sh", "ls", "chmod"} {
+		l.symlink("/bin/"+applet, "busybox")
+	}
+	return l.image([]string{"/orchard-agent"})
 }
 
 // shellImage is busybox with a link per applet in /bin: the links are what
