@@ -121,11 +121,19 @@ write_kwok_gomod() {
   grep -q "^require sigs.k8s.io/kwok " "$dir/go.mod" || echo "require sigs.k8s.io/kwok $KWOK_VERSION" >>"$dir/go.mod"
 }
 
-# The stamp says with which inputs a binary was built: the versions and the
-# text of the functions that build it. A binary whose stamp matches is reused.
+# The stamp says with which inputs a binary was built: the versions, the Go
+# version, the go build flags and the text of the functions that make the
+# modules, the ldflags and kwok's stages. A binary whose stamp matches is
+# reused; a change of any input rebuilds.
+GO_BUILD_FLAGS=(-mod=mod -trimpath)
+RECIPE_HASH=
 recipe_hash() {
-  { echo "$KUBE_VERSION $STAGING_VERSION $KWOK_VERSION $(go env GOVERSION)"
-    declare -f kube_ldflags write_kube_gomod write_kwok_gomod build_binaries kwok_stages
+  if [ -z "$RECIPE_HASH" ]; then RECIPE_HASH=$(recipe_hash_); fi
+  echo "$RECIPE_HASH"
+}
+recipe_hash_() {
+  { echo "$KUBE_VERSION $STAGING_VERSION $KWOK_VERSION $(go env GOVERSION) ${GO_BUILD_FLAGS[*]}"
+    declare -f kube_ldflags write_kube_gomod write_kwok_gomod kwok_stages
   } | sha256sum | cut -d' ' -f1
 }
 
@@ -154,12 +162,12 @@ build_binaries() {
   if [ ${#kube_pkgs[@]} -gt 0 ]; then
     write_kube_gomod "$CACHE/src/kube"
     # -mod=mod lets go build fill in go.sum from the proxy.
-    (cd "$CACHE/src/kube" && nice -n 10 timeout "$BUILD_TIMEOUT" go build -mod=mod -trimpath -ldflags "$(kube_ldflags)" -o "$out/" "${kube_pkgs[@]}") \
+    (cd "$CACHE/src/kube" && nice -n 10 timeout "$BUILD_TIMEOUT" go build "${GO_BUILD_FLAGS[@]}" -ldflags "$(kube_ldflags)" -o "$out/" "${kube_pkgs[@]}") \
       >>"$CACHE/build.log" 2>&1 || { tail -n 30 "$CACHE/build.log" >&2; die "build: go build of ${kube_pkgs[*]} failed (log: $CACHE/build.log)"; }
   fi
   if [[ " ${want[*]} " == *" kwok "* ]]; then
     write_kwok_gomod "$CACHE/src/kwok"
-    (cd "$CACHE/src/kwok" && nice -n 10 timeout "$BUILD_TIMEOUT" go build -mod=mod -trimpath -ldflags "-s -w" -o "$out/" "sigs.k8s.io/kwok/cmd/kwok") \
+    (cd "$CACHE/src/kwok" && nice -n 10 timeout "$BUILD_TIMEOUT" go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" -o "$out/" "sigs.k8s.io/kwok/cmd/kwok") \
       >>"$CACHE/build.log" 2>&1 || { tail -n 30 "$CACHE/build.log" >&2; die "build: go build of kwok failed (log: $CACHE/build.log)"; }
     kwok_stages >"$out/kwok-stages.yaml"
     mv "$out/kwok-stages.yaml" "$BIN/kwok-stages.yaml"
@@ -188,6 +196,11 @@ kwok_stages() {
 
 # build [--all]: the binaries `up` needs, or every binary with --all.
 build() {
+  local b missing=0
+  case "${1:-}" in "" | --all) ;; *) die "usage: scripts/kube.sh build [--all]" ;; esac
+  need_go
+  for b in "${CORE_BINARIES[@]}" ${1:+"${NODE_BINARIES[@]}"}; do is_built "$b" || missing=1; done
+  [ $missing -eq 1 ] || return 0
   mkdir -p "$CACHE"
   # One build at a time: a second caller waits for the first and then
   # finds the binaries stamped.
@@ -746,6 +759,13 @@ up() {
   start_kwok
   create_kwok_node
   wait_for kwok 60 node_ready "$KWOK_NODE"
+  # The API server taints every new node not-ready (TaintNodesByCondition);
+  # kube-controller-manager lifts the taint once the node is Ready, but the
+  # kwok-only cluster runs none, so lift it here.
+  if kubectl get node "$KWOK_NODE" -o 'jsonpath={.spec.taints[*].key}' | grep -qw node.kubernetes.io/not-ready; then
+    kubectl taint node "$KWOK_NODE" node.kubernetes.io/not-ready:NoSchedule- >/dev/null ||
+      fail kube-apiserver "cannot remove the not-ready taint of $KWOK_NODE"
+  fi
   if [ -f "$STATE/node" ]; then up_node; fi
   print_env
 }
