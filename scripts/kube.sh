@@ -719,7 +719,7 @@ clean_host() {
     command -v $t >/dev/null || continue
     for p in filter nat mangle; do
       $t -t $p -S 2>/dev/null | grep -E '^-A .* -j KUBE-' | sed 's/^-A/-D/' |
-        while read -r rule; do eval "$t -t $p $rule" 2>/dev/null || true; done
+        while read -r rule; do eval "$t -t $p $rule" 2>/dev/null || true; done || true
       for n in $($t -t $p -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
         $t -t $p -F "$n" 2>/dev/null || true
         $t -t $p -X "$n" 2>/dev/null || true
