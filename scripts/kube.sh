@@ -252,7 +252,7 @@ running() {
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
   want=$(cat "$f.cmd" 2>/dev/null || echo "$1")
-  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
   [[ "$cmd" == *"$want"* ]]
 }
 
@@ -388,6 +388,8 @@ KC
 
 # ---------------------------------------------------------------- components
 
+# --unsafe-no-fsync: the data lives only until `down`, and fsyncs on a
+# shared CI disk only slow every write of the API server.
 start_etcd() {
   command -v etcd >/dev/null || die "etcd: not installed (apt-get install etcd-server)"
   start etcd etcd --name local --data-dir "$STATE/etcd" \
@@ -396,7 +398,7 @@ start_etcd() {
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" \
-    --listen-metrics-urls "" --unsafe-no-fsync
+    --logger zap --log-outputs stderr --unsafe-no-fsync
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 }
 
