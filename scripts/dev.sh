@@ -76,6 +76,23 @@ fetch_playwright() {
     tar -xz -C "$dir/node_modules/playwright-core" --strip-components=1
 }
 
+# start_kube starts the local Kubernetes the kube runtime's tests use
+# (scripts/kube.sh: built once from the Go module proxy into a cache,
+# then up in seconds) and hands it to them; it is stopped after the run.
+# ORCHARD_KUBE_NODE=1 adds a real node (containerd, kubelet).
+start_kube() {
+  local out
+  out=$(scripts/kube.sh up ${ORCHARD_KUBE_NODE:+--node})
+  trap 'scripts/kube.sh down >/dev/null' EXIT
+  while IFS='=' read -r k v; do
+    case $k in
+    KUBECONFIG) export ORCHARD_TEST_KUBECONFIG="$v" ;;
+    ORCHARD_KUBE_SHELL_IMAGE) export ORCHARD_TEST_KUBE_SHELL_IMAGE="$v" ;;
+    ORCHARD_KUBE_AGENT_IMAGE) export ORCHARD_TEST_KUBE_AGENT_IMAGE="$v" ;;
+    esac
+  done <<<"$out"
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -102,10 +119,12 @@ case "$cmd" in
     build
     fetch_playwright
     export ORCHARD_AGENT="$PWD/bin/orchard-agent"
+    start_kube
     go vet -tags seccomp ./...
     unformatted=$(gofmt -l . | grep -v '^agentbin/' || true)
     if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
     go test -race -count=1 -timeout 25m -tags seccomp "$@" ./...
+    scripts/kube.sh down >/dev/null; trap - EXIT
     scripts/leakcheck.sh ;;
   *)
     echo "usage: scripts/dev.sh serve|demo|test|build" >&2

@@ -441,7 +441,11 @@ start_scheduler() {
 start_kwok() {
   start kwok "$BIN/kwok" --kubeconfig "$STATE/kubeconfig" --config "$BIN/kwok-stages.yaml" \
     --manage-nodes-with-label-selector type=kwok \
-    --cidr "$KWOK_CIDR" --server-address "127.0.0.1:$KWOK_PORT"
+    --cidr "$KWOK_CIDR" --server-address "127.0.0.1:$KWOK_PORT" \
+    --node-lease-duration-seconds 40
+  # The lease is what kube-controller-manager (up --node) reads: without
+  # it the simulated node is marked unreachable 40 s after start and
+  # tainted, and its pods evicted.
   wait_for kwok 60 curl -fsS "http://127.0.0.1:$KWOK_PORT/healthz"
 }
 
@@ -466,8 +470,8 @@ spec:
   taints:
   - {key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}
 status:
-  capacity: {cpu: "64", memory: 256Gi, pods: "2000"}
-  allocatable: {cpu: "64", memory: 256Gi, pods: "2000"}
+  capacity: {cpu: "64", memory: 256Gi, pods: "2000", ephemeral-storage: 100Ti}
+  allocatable: {cpu: "64", memory: 256Gi, pods: "2000", ephemeral-storage: 100Ti}
 NODE
 }
 

@@ -87,7 +87,7 @@ func TestServeOnKube(t *testing.T) {
 		var sb struct {
 			ID string `json:"sandbox_id"`
 		}
-		if _, err := call(ctx, p, "POST", "/sandboxes", map[string]any{"block_network": true, "labels": map[string]string{"suite": "kube"}}, &sb); err != nil {
+		if _, err := call(ctx, p, "POST", "/sandboxes", map[string]any{"image": "orchard.local/shell:dev", "block_network": true, "labels": map[string]string{"suite": "kube"}}, &sb); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, sb.ID)
@@ -182,7 +182,7 @@ func BenchmarkKubeCreate1000(b *testing.B) {
 				var sb struct {
 					ID string `json:"sandbox_id"`
 				}
-				if _, errs[i] = call(ctx, p, "POST", "/sandboxes", map[string]any{"block_network": true}, &sb); errs[i] != nil {
+				if _, errs[i] = call(ctx, p, "POST", "/sandboxes", map[string]any{"image": "orchard.local/shell:dev", "block_network": true}, &sb); errs[i] != nil {
 					return
 				}
 				ids[i] = sb.ID

@@ -36,7 +36,7 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	cfg := defaultConfig(getenv)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the Orchard API on this machine (local runtime)",
+		Short: "Serve the Orchard API: sandboxes on this machine (local runtime) or as Kubernetes pods (--runtime kube)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := local.ReexecSealed(); err != nil {
@@ -128,7 +128,7 @@ func (s *instance) wait() error {
 	return err
 }
 
-// startServer builds the server of cfg (local runtime, the configured
+// startServer builds the server of cfg (its runtime, the configured
 // store) and starts serving; it stops when ctx ends. The caller waits for
 // it with wait.
 func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, err error) {
@@ -239,7 +239,11 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 		// them at least as long as Orchard's uvicorn does (120 s).
 		IdleTimeout: 125 * time.Second,
 	}
-	fmt.Fprintf(out, "Orchard %s serving on http://%s (local runtime, %s store, state in %s)\n", version, ln.Addr(), cfg.Store, cfg.StateDir)
+	where := "local runtime"
+	if cfg.Runtime == "kube" {
+		where = "kube runtime, namespace " + cfg.Manager.Namespace
+	}
+	fmt.Fprintf(out, "Orchard %s serving on http://%s (%s, %s store, state in %s)\n", version, ln.Addr(), where, cfg.Store, cfg.StateDir)
 	if cfg.Server.RequireAPIKey {
 		fmt.Fprintf(out, "Authenticate with the header X-API-Key; for the SDK: export SANDBOX_BASE_URL=http://%s SANDBOX_API_KEY=<key>\n", ln.Addr())
 	} else {

@@ -186,7 +186,7 @@ func env(extra map[string]string, workdir string) []corev1.EnvVar {
 }
 
 // resources turns the spec's limits into requests equal to limits: a
-// sandbox is guaranteed what it may use.
+// sandbox is guaranteed the cpu and memory it may use.
 func resources(spec runtime.Spec) (corev1.ResourceRequirements, error) {
 	q := corev1.ResourceList{}
 	if spec.CPU > 0 {
@@ -195,13 +195,19 @@ func resources(spec runtime.Spec) (corev1.ResourceRequirements, error) {
 	if spec.MemoryBytes > 0 {
 		q[corev1.ResourceMemory] = *resource.NewQuantity(spec.MemoryBytes, resource.BinarySI)
 	}
-	if spec.EphemeralStorageBytes > 0 {
-		q[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(spec.EphemeralStorageBytes, resource.BinarySI)
-	}
-	if len(q) == 0 {
+	if len(q) == 0 && spec.EphemeralStorageBytes == 0 {
 		return corev1.ResourceRequirements{}, nil
 	}
-	return corev1.ResourceRequirements{Requests: q.DeepCopy(), Limits: q}, nil
+	req := q.DeepCopy()
+	if spec.EphemeralStorageBytes > 0 {
+		// A cap, as on the local runtime: the kubelet evicts a sandbox
+		// that writes more. Nothing is reserved (a request of 0, which
+		// Kubernetes would otherwise set to the limit): every sandbox
+		// gets the default cap, and few fill it.
+		q[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(spec.EphemeralStorageBytes, resource.BinarySI)
+		req[corev1.ResourceEphemeralStorage] = resource.MustParse("0")
+	}
+	return corev1.ResourceRequirements{Requests: req, Limits: q}, nil
 }
 
 // specOf reads the spec a pod was created with.

@@ -262,6 +262,14 @@ func createFailed(id, what string, err error) error {
 // classifyStart tells capacity exhaustion (no pids, memory or cgroup room
 // left on the host: retry later) from other container start failures.
 func classifyStart(id, what string, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return faults.Wrap(err, faults.CodeTimeout, faults.Timeout, faults.Platform,
+			fmt.Sprintf("create sandbox %s: %s: out of time", id, what))
+	case errors.Is(err, context.Canceled):
+		return faults.Wrap(err, faults.CodeCanceled, faults.Canceled, faults.Client,
+			fmt.Sprintf("create sandbox %s: %s: canceled", id, what))
+	}
 	msg := err.Error()
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOSPC) ||
 		strings.Contains(msg, "resource temporarily unavailable") ||

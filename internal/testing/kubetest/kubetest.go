@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -54,7 +55,15 @@ func Config(t testing.TB) *rest.Config {
 // Client returns a clientset of the cluster.
 func Client(t testing.TB) kubernetes.Interface {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(Config(t))
+	cfg := Config(t)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its connections close with the test: packages that check for
+	// leaked goroutines would find their read loops.
+	t.Cleanup(func() { utilnet.CloseIdleConnectionsFor(hc.Transport) })
+	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
