@@ -217,9 +217,9 @@ build() {
 # etcd-server is the cluster's store, openssl makes its certificates, curl
 # asks the components' health endpoints. A real node adds containerd, runc
 # and the CNI plugins (bridge, host-local, loopback in /usr/lib/cni);
-# busybox-static is the shell image's content.
+# busybox-static and bash-static are the shell image's content.
 CORE_PACKAGES=(etcd-server openssl curl)
-NODE_PACKAGES=(containerd runc containernetworking-plugins busybox-static)
+NODE_PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static)
 
 install_packages() {
   local missing=() p
@@ -511,8 +511,10 @@ record_host_state() {
 build_images() {
   local have
   have=$(ctr_ images ls -q 2>/dev/null || true)
+  # The agent image holds bin/orchard-agent: a newer build makes new images.
   if grep -qx "$SHELL_IMAGE" <<<"$have" && grep -qx "$AGENT_IMAGE" <<<"$have" &&
-    grep -qx "$PAUSE_IMAGE" <<<"$have"; then
+    grep -qx "$PAUSE_IMAGE" <<<"$have" && [ -f "$STATE/images.tar" ] &&
+    ! [ "$REPO/bin/orchard-agent" -nt "$STATE/images.tar" ]; then
     return
   fi
   need_go

@@ -140,6 +140,9 @@ func agentImage(agent, busybox string) (v1.Image, error) {
 	return l.image([]string{"/orchard-agent"})
 }
 
+// bashStatic is Debian's bash-static.
+const bashStatic = "/bin/bash-static"
+
 // shellImage is busybox with a link per applet in /bin: the links are what
 // lets a container run `sh -c` or `sleep` by name.
 func shellImage(ctx context.Context, busybox string) (v1.Image, error) {
@@ -159,6 +162,11 @@ func shellImage(ctx context.Context, busybox string) (v1.Image, error) {
 		if applet != "busybox" && !strings.Contains(applet, "/") {
 			l.symlink("/bin/"+applet, "busybox")
 		}
+	}
+	// Commands run through bash (as in Orchard Env's sandbox image):
+	// Debian's static bash, when installed, is the image's bash.
+	if b, err := os.ReadFile(bashStatic); err == nil {
+		l.file("/bin/bash", 0o755, b)
 	}
 	return l.image([]string{"/bin/sh"})
 }
