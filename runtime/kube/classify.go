@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -161,7 +162,15 @@ func apiFault(err error, what string) error {
 // callAPI runs an API call under the runtime's retry policy and returns
 // the call's own last error (which apierrors can read), or the context's.
 func callAPI(ctx context.Context, p retry.Policy, call func(ctx context.Context) error) error {
-	res, err := retry.Do(ctx, p, func(ctx context.Context, _ int) error { return call(ctx) })
+	res, err := retry.Do(ctx, p, func(ctx context.Context, _ int) error {
+		err := call(ctx)
+		// A 429 or 503 may say when to come back (Retry-After): sooner
+		// is refused again, later wastes the caller's time.
+		if secs, ok := apierrors.SuggestsClientDelay(err); ok && secs > 0 {
+			return retry.WithRetryAfter(err, time.Duration(secs)*time.Second)
+		}
+		return err
+	})
 	if err == nil {
 		return nil
 	}

@@ -89,6 +89,11 @@ type Config struct {
 	// API retries the API server's transient refusals (429, 5xx,
 	// timeouts). Default: 6 attempts within 30 s.
 	API retry.Policy
+	// MaxInflightWrites bounds the pod creates and deletes in flight to
+	// the API server. Default 64: a thousand creates at once would
+	// otherwise meet the API server's own limit as a storm of 429s, each
+	// a wasted write.
+	MaxInflightWrites int
 	// Log receives the runtime's logs. Default: discarded.
 	Log *slog.Logger
 }
@@ -119,6 +124,9 @@ func (c *Config) defaults() error {
 		c.API = retry.Policy{Attempts: 6, Budget: 30 * time.Second, Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	}
 	c.API.Retryable = transient
+	if c.MaxInflightWrites == 0 {
+		c.MaxInflightWrites = 64
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -133,6 +141,8 @@ type Runtime struct {
 	key  []byte // derives agent tokens (token.go)
 	pods corelisters.PodNamespaceLister
 	stop chan struct{}
+	// writes holds a slot per API write in flight (MaxInflightWrites).
+	writes chan struct{}
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{} // pod name → closed on its next event
@@ -158,7 +168,8 @@ func New(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Runtime, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{cs: cs, cfg: cfg, key: key, stop: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	r := &Runtime{cs: cs, cfg: cfg, key: key, stop: make(chan struct{}), writes: make(chan struct{}, cfg.MaxInflightWrites),
+		waiters: map[string]chan struct{}{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelManagedBy + "=" + ManagedBy }))
 	inf := f.Core().V1().Pods()
@@ -236,7 +247,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Instan
 			return runtime.Instance{}, err
 		}
 	}
-	err = callAPI(ctx, r.cfg.API, func(ctx context.Context) error {
+	err = r.write(ctx, func(ctx context.Context) error {
 		_, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
@@ -254,6 +265,20 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Instan
 		return runtime.Instance{}, err
 	}
 	return inst, nil
+}
+
+// write runs an API write with its retries, holding one of the
+// MaxInflightWrites slots for each attempt.
+func (r *Runtime) write(ctx context.Context, call func(ctx context.Context) error) error {
+	return callAPI(ctx, r.cfg.API, func(ctx context.Context) error {
+		select {
+		case r.writes <- struct{}{}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		defer func() { <-r.writes }()
+		return call(ctx)
+	})
 }
 
 // awaitReady waits, on the informer, until the sandbox's pod is ready or
@@ -303,7 +328,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 			full = sp.NetworkMode == runtime.NetworkFull && !sp.BlockNetwork
 		}
 	}
-	err := callAPI(ctx, r.cfg.API, func(ctx context.Context) error {
+	err := r.write(ctx, func(ctx context.Context) error {
 		return r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
