@@ -128,15 +128,14 @@ func BrowserMain(ctx context.Context, args []string) error {
 // browserHandler serves API.md's browser paths over one session.
 func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	fail := writeFault
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /health", func(w http.ResponseWriter, r *http.Request) error {
 		if err := sess.Err(); err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "pid": sess.PID()})
+		return nil
 	})
-	mux.HandleFunc("POST "+injectPath, func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "POST "+injectPath, func(w http.ResponseWriter, r *http.Request) error {
 		var err error
 		switch r.URL.Query().Get("kind") {
 		case faults.InjectBrowserCrash:
@@ -147,72 +146,65 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			err = errInvalidInject
 		}
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
-	mux.HandleFunc("POST /browser/actions", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "POST /browser/actions", func(w http.ResponseWriter, r *http.Request) error {
 		var req api.BrowserActionsRequest
 		if err := decodeJSON(w, r, 16<<20, &req); err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		res, err := sess.Run(r.Context(), req)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, res)
+		return nil
 	})
-	mux.HandleFunc("POST /browser/evaluate", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "POST /browser/evaluate", func(w http.ResponseWriter, r *http.Request) error {
 		var req api.EvaluateRequest
 		if err := decodeJSON(w, r, 1<<20, &req); err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		if req.Expression == "" {
-			fail(w, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "expression is required"))
-			return
+			return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "expression is required")
 		}
 		v, err := sess.Evaluate(r.Context(), req.Expression)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, api.EvaluateResult{Value: v})
+		return nil
 	})
-	mux.HandleFunc("GET /browser/observation", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /browser/observation", func(w http.ResponseWriter, r *http.Request) error {
 		o, err := observeOptions(r.URL.Query(), "jpeg")
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		obs, err := sess.Observe(r.Context(), o)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, obs)
+		return nil
 	})
-	mux.HandleFunc("GET /browser/screenshot", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /browser/screenshot", func(w http.ResponseWriter, r *http.Request) error {
 		q := r.URL.Query()
 		if f := q.Get("format"); f != "" {
 			q.Set("screenshot", f)
 		}
 		o, err := observeOptions(q, "png")
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		if o.Screenshot == "none" {
-			fail(w, faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "format must be png or jpeg"))
-			return
+			return faults.New(faults.CodeValidation, faults.InvalidRequest, faults.Client, "format must be png or jpeg")
 		}
 		obs, err := sess.Screenshot(r.Context(), o)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		shot, h := obs.Screenshot, w.Header()
 		h.Set("Content-Type", "image/"+shot.Format)
@@ -223,40 +215,39 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		h.Set("X-Orchard-Frame", strconv.FormatInt(obs.Frame, 10))
 		h.Set("X-Orchard-Scale", strconv.FormatFloat(obs.Scale, 'f', -1, 64))
 		_, _ = w.Write(shot.Data)
+		return nil
 	})
-	mux.HandleFunc("GET /browser/tabs", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /browser/tabs", func(w http.ResponseWriter, r *http.Request) error {
 		// A dead browser's last tabs would tell the caller all is well.
 		if err := sess.Err(); err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, api.TabList{Tabs: sess.Tabs()})
+		return nil
 	})
-	mux.HandleFunc("GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) error {
 		if err := serveCDP(w, r, sess); err != nil {
-			fail(w, err)
+			return err
 		}
+		return nil
 	})
-	mux.HandleFunc("GET /browser/cdp/json/version", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /browser/cdp/json/version", func(w http.ResponseWriter, r *http.Request) error {
 		v, err := cdpVersion(r.Context(), sess)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, v)
+		return nil
 	})
 	var viewers atomic.Int32
-	mux.HandleFunc("GET /browser/stream", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /browser/stream", func(w http.ResponseWriter, r *http.Request) error {
 		if viewers.Add(1) > maxStreamViewers {
 			viewers.Add(-1)
-			fail(w, faults.Newf(faults.CodeCapacity, faults.Unavailable, faults.Browser,
-				"the live view has its maximum of %d viewers", maxStreamViewers))
-			return
+			return faults.Newf(faults.CodeCapacity, faults.Unavailable, faults.Browser,
+				"the live view has its maximum of %d viewers", maxStreamViewers)
 		}
 		defer viewers.Add(-1)
-		if err := serveStream(w, r, sess, log); err != nil {
-			fail(w, err)
-		}
+		return serveStream(w, r, sess, log)
 	})
 	return mux
 }
@@ -824,3 +815,17 @@ func (t *tabState) restore(ctx context.Context, sess *browser.Session, log *slog
 }
 
 func ptrInt(i int) *int { return &i }
+
+// daemonFunc is a daemon's handler that returns its error instead of
+// writing it.
+type daemonFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle registers f on mux: the one place where the browser's and the
+// desktop's daemons turn a failure into an answer (writeFault).
+func handle(mux *http.ServeMux, pattern string, f daemonFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := f(w, r); err != nil {
+			writeFault(w, err)
+		}
+	})
+}

@@ -79,74 +79,73 @@ func DesktopMain(ctx context.Context, args []string) error {
 // desktopHandler serves API.md's desktop paths over one session.
 func desktopHandler(sess *desktop.Session, vnc *vncServer) http.Handler {
 	mux := http.NewServeMux()
-	fail := writeFault
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /health", func(w http.ResponseWriter, r *http.Request) error {
 		wd, ht := sess.Size()
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "display": sess.Display(), "width": wd, "height": ht})
+		return nil
 	})
-	mux.HandleFunc("POST /desktop/actions", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "POST /desktop/actions", func(w http.ResponseWriter, r *http.Request) error {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDesktopRequest))
 		if err != nil {
-			fail(w, faults.Wrap(err, faults.CodeTooLarge, faults.TooLarge, faults.Client, "request body too large"))
-			return
+			return faults.Wrap(err, faults.CodeTooLarge, faults.TooLarge, faults.Client, "request body too large")
 		}
 		// api.DesktopActionsRequest, read in any of the desktop's dialects.
 		req, err := desktop.ParseRequest(body)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		res, err := sess.Run(r.Context(), req)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, res)
+		return nil
 	})
-	mux.HandleFunc("GET /desktop/screenshot", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /desktop/screenshot", func(w http.ResponseWriter, r *http.Request) error {
 		q := r.URL.Query()
 		o := desktop.ShotOptions{Format: q.Get("format")}
 		for k, dst := range map[string]*int{"quality": &o.Quality, "width": &o.Width, "height": &o.Height} {
 			if v := q.Get(k); v != "" {
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 0 {
-					fail(w, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s must be a non-negative integer", k))
-					return
+					return faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "%s must be a non-negative integer", k)
 				}
 				*dst = n
 			}
 		}
 		shot, err := sess.Screenshot(r.Context(), o)
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		h := w.Header()
 		h.Set("Content-Type", "image/"+shot.Format)
 		h.Set("X-Orchard-Frame", strconv.FormatInt(shot.ID, 10))
 		h.Set("X-Orchard-Scale", strconv.FormatFloat(shot.Scale, 'f', -1, 64))
 		_, _ = w.Write(shot.Data)
+		return nil
 	})
-	mux.HandleFunc("GET /desktop/cursor", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /desktop/cursor", func(w http.ResponseWriter, r *http.Request) error {
 		c, err := sess.CursorPosition(r.Context())
 		if err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, c)
+		return nil
 	})
-	mux.HandleFunc("GET /desktop/vnc", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /desktop/vnc", func(w http.ResponseWriter, r *http.Request) error {
 		if err := vnc.serve(w, r); err != nil {
-			fail(w, err)
+			return err
 		}
+		return nil
 	})
-	mux.HandleFunc("GET /desktop/status", func(w http.ResponseWriter, r *http.Request) {
+	handle(mux, "GET /desktop/status", func(w http.ResponseWriter, r *http.Request) error {
 		st := api.DesktopStatus{Display: sess.Display(), WindowManager: sess.WindowManager()}
 		if f, ok := sess.LastFault(); ok {
 			info := f.Info()
 			st.LastFault, st.LastFaultAt = &info, &f.At
 		}
 		writeJSON(w, http.StatusOK, st)
+		return nil
 	})
 	return mux
 }
