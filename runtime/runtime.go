@@ -106,6 +106,20 @@ type StorageCapacity interface {
 	MaxEphemeralStorage() (int64, error)
 }
 
+// Node is a machine sandboxes run on, as GET /resources reports it.
+type Node struct {
+	Name                              string
+	CapacityCPU, AllocatableCPU       float64 // cores
+	CapacityMemory, AllocatableMemory int64   // bytes
+}
+
+// NodeLister is an optional ability: the machines the backend places
+// sandboxes on (a cluster's sandbox nodes). Without it, the server reports
+// the machine it runs on.
+type NodeLister interface {
+	Nodes(ctx context.Context) ([]Node, error)
+}
+
 // Closer is an optional ability: release backend resources at shutdown
 // without deleting sandboxes (they are re-attached on the next start).
 type Closer interface {

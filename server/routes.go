@@ -505,6 +505,23 @@ func (s *Server) resources(c *gin.Context) error {
 	}
 	out := resources{Status: "ok", Nodes: []node{{Name: host, Capacity: capQ, Allocatable: capQ}},
 		TotalCapacity: capQ, TotalAllocatable: capQ, SandboxPods: []sandboxUsed{}}
+	allocQ := capQ
+	if nodes, ok, err := s.mgr.Nodes(c.Request.Context()); ok {
+		if err != nil {
+			return faults.Wrap(err, faults.CodeKubeAPI, faults.Unavailable, faults.Platform, "the cluster's nodes could not be listed")
+		}
+		out.Nodes, out.TotalCapacity, allocQ = []node{}, quantity{}, quantity{}
+		for _, n := range nodes {
+			nc := quantity{CPU: n.CapacityCPU, MemoryBytes: n.CapacityMemory}
+			na := quantity{CPU: n.AllocatableCPU, MemoryBytes: n.AllocatableMemory}
+			out.Nodes = append(out.Nodes, node{Name: n.Name, Capacity: nc, Allocatable: na})
+			out.TotalCapacity.CPU += nc.CPU
+			out.TotalCapacity.MemoryBytes += nc.MemoryBytes
+			allocQ.CPU += na.CPU
+			allocQ.MemoryBytes += na.MemoryBytes
+		}
+		out.TotalAllocatable = allocQ
+	}
 	for _, r := range recs {
 		cpu, _ := manager.ParseCPU(r.CPU)
 		mem, _ := manager.ParseMemory(r.Memory)
@@ -522,7 +539,7 @@ func (s *Server) resources(c *gin.Context) error {
 			out.TotalRequested.MemoryBytes += mem
 		}
 	}
-	out.Available = quantity{CPU: max(capQ.CPU-out.TotalRequested.CPU, 0), MemoryBytes: max(capQ.MemoryBytes-out.TotalRequested.MemoryBytes, 0)}
+	out.Available = quantity{CPU: max(allocQ.CPU-out.TotalRequested.CPU, 0), MemoryBytes: max(allocQ.MemoryBytes-out.TotalRequested.MemoryBytes, 0)}
 	c.JSON(http.StatusOK, out)
 	return nil
 }

@@ -109,6 +109,25 @@ func TestServeOnKube(t *testing.T) {
 			t.Errorf("pod %s: labels %v image %s", pod.Name, pod.Labels, pod.Spec.Containers[0].Image)
 		}
 	}
+	// /resources reports the cluster's sandbox nodes (the node selector's:
+	// kwok's simulated node), less what the sandboxes request.
+	var res struct {
+		Nodes []struct {
+			Name        string `json:"name"`
+			Allocatable struct {
+				CPU float64 `json:"cpu"`
+			} `json:"allocatable"`
+		} `json:"nodes"`
+		Available struct {
+			CPU float64 `json:"cpu"`
+		} `json:"available"`
+	}
+	if _, err := call(ctx, p, "GET", "/resources", nil, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != 1 || res.Nodes[0].Name != "kwok-node-0" || res.Nodes[0].Allocatable.CPU != 64 || res.Available.CPU != 64-3*4 {
+		t.Errorf("/resources = %+v; want kwok-node-0 with 64 cpus, 52 available", res)
+	}
 	for _, id := range ids {
 		if _, err := call(ctx, p, "DELETE", "/sandboxes/"+id, nil, nil); err != nil {
 			t.Fatal(err)

@@ -736,6 +736,17 @@ func (m *Manager) ListFiles(ctx context.Context, id, path string) (api.FileList,
 	return res, err
 }
 
+// Nodes returns the machines the runtime places sandboxes on, or ok=false
+// when it does not say (the local runtime: this machine).
+func (m *Manager) Nodes(ctx context.Context) (nodes []runtime.Node, ok bool, err error) {
+	nl, ok := m.rt.(runtime.NodeLister)
+	if !ok {
+		return nil, false, nil
+	}
+	nodes, err = nl.Nodes(ctx)
+	return nodes, true, err
+}
+
 // Agent returns the agent of a ready sandbox, for the calls the server
 // makes to it directly (PTY, browser, desktop, episodes).
 func (m *Manager) Agent(ctx context.Context, id string) (Agent, error) {
