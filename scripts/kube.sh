@@ -588,7 +588,11 @@ start_controller_manager() {
     --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
     --bind-address 127.0.0.1 --secure-port "$CONTROLLER_MANAGER_PORT" --leader-elect=false \
     --service-account-private-key-file "$d/sa.key" --root-ca-file "$d/ca.crt" \
-    --cluster-signing-cert-file "$d/ca.crt" --cluster-signing-key-file "$d/ca.key"
+    --cluster-signing-cert-file "$d/ca.crt" --cluster-signing-key-file "$d/ca.key" \
+    --node-monitor-grace-period 10m
+  # On a loaded machine kwok renews its simulated node's lease late; with
+  # the default 50 s grace the node lifecycle controller tainted the node
+  # unreachable (and would evict its pods) in the middle of a test run.
   wait_for kube-controller-manager 60 curl -fsSk "https://127.0.0.1:$CONTROLLER_MANAGER_PORT/healthz"
 }
 
