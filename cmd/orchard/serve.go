@@ -162,33 +162,9 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	cfg.Server.Metrics = metrics.New()
-	var rt runtime.Runtime
-	if cfg.Runtime == "kube" {
-		kr, err := newKubeRuntime(ctx, cfg.Kube, cfg.Manager.Namespace, cfg.Server.Metrics, log)
-		if err != nil {
-			return nil, err
-		}
-		rt = kr
-		// Pods have no host image: a create that names none gets the
-		// runtime's default for its kind.
-		cfg.Manager.RuntimeImages = true
-		if cfg.Manager.MaxConcurrentCreates == 0 {
-			// A create costs this machine one API call and a wait on the
-			// informer, not a container start: the cluster bounds them.
-			cfg.Manager.MaxConcurrentCreates = kubeConcurrentCreates
-		}
-	} else {
-		lr, err := local.New(local.Config{
-			StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
-			// All of it: the API key, recordings, the agent binary.
-			HostMasks:  []string{stateDir},
-			HostExpose: cfg.HostExpose,
-			ImageDirs:  cfg.ImageDirs,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("local runtime: %w", err)
-		}
-		rt = lr
+	rt, err := newRuntime(ctx, &cfg, stateDir, agentPath, initPath, log)
+	if err != nil {
+		return nil, err
 	}
 	if c, ok := rt.(runtime.Closer); ok {
 		s.closers = append(s.closers, func() { _ = c.Close() })
@@ -306,4 +282,35 @@ func initBeside() string {
 		return ""
 	}
 	return p
+}
+
+// newRuntime starts the runtime cfg names: the local one, or pods through
+// the kube one (which also sets what the manager does differently there).
+func newRuntime(ctx context.Context, cfg *Config, stateDir, agentPath, initPath string, log *slog.Logger) (runtime.Runtime, error) {
+	if cfg.Runtime == "kube" {
+		// Pods have no host image: a create that names none gets the
+		// runtime's default for its kind.
+		cfg.Manager.RuntimeImages = true
+		if cfg.Manager.MaxConcurrentCreates == 0 {
+			// A create costs this machine one API call and a wait on the
+			// informer, not a container start: the cluster bounds them.
+			cfg.Manager.MaxConcurrentCreates = kubeConcurrentCreates
+		}
+		kr, err := newKubeRuntime(ctx, cfg.Kube, cfg.Manager.Namespace, cfg.Server.Metrics, log)
+		if err != nil {
+			return nil, err
+		}
+		return kr, nil
+	}
+	lr, err := local.New(local.Config{
+		StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
+		// All of it: the API key, recordings, the agent binary.
+		HostMasks:  []string{stateDir},
+		HostExpose: cfg.HostExpose,
+		ImageDirs:  cfg.ImageDirs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	return lr, nil
 }
