@@ -225,7 +225,13 @@ func TestPopupOpensTabWithoutStealingFocus(t *testing.T) {
 		t.Errorf("active page %q, want Popup", obs.Title)
 	}
 	mustDo(t, s, Action{Type: ActSwitchTab, Index: iptr(before)})
+	// The new tab may still be loading its page (a loaded machine):
+	// its title comes with it.
 	obs := observe(t, s, ObserveOptions{Width: 640})
+	for deadline := time.Now().Add(10 * time.Second); obs.Title == "" && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		obs = observe(t, s, ObserveOptions{Width: 640})
+	}
 	if obs.Title != "Basic" || obs.Screenshot == nil || obs.Screenshot.Width != 640 {
 		t.Fatalf("after switch: %q %v", obs.Title, obs.Screenshot != nil)
 	}
