@@ -24,14 +24,19 @@ STATE=${ORCHARD_KUBE_DIR:-/tmp/orchard-kube}
 
 # Unusual ports (all on loopback but the kubelet's), so a cluster started
 # here does not collide with another etcd or Kubernetes on the machine.
-ETCD_CLIENT_PORT=23790
-ETCD_PEER_PORT=23800
-APISERVER_PORT=26443
-SCHEDULER_PORT=26459
-CONTROLLER_MANAGER_PORT=26457
-KWOK_PORT=26480
-KUBELET_PORT=26250
-KUBELET_HEALTHZ_PORT=26248
+# ORCHARD_KUBE_PORT_OFFSET moves them all, so a second control plane (with
+# its own ORCHARD_KUBE_DIR) can run beside the first; a real node is one
+# per machine whatever the offset.
+OFF=${ORCHARD_KUBE_PORT_OFFSET:-0}
+case $OFF in '' | *[!0-9]*) echo "kube.sh: ORCHARD_KUBE_PORT_OFFSET must be a number" >&2; exit 2 ;; esac
+ETCD_CLIENT_PORT=$((23790 + OFF))
+ETCD_PEER_PORT=$((23800 + OFF))
+APISERVER_PORT=$((26443 + OFF))
+SCHEDULER_PORT=$((26459 + OFF))
+CONTROLLER_MANAGER_PORT=$((26457 + OFF))
+KWOK_PORT=$((26480 + OFF))
+KUBELET_PORT=$((26250 + OFF))
+KUBELET_HEALTHZ_PORT=$((26248 + OFF))
 
 SERVICE_CIDR=10.96.0.0/16
 KWOK_CIDR=10.250.0.0/16
