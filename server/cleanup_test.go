@@ -60,7 +60,8 @@ func TestCleanupRules(t *testing.T) {
 }
 
 // TestReconcile: a container without a record is removed, and the record
-// of a ready sandbox whose container vanished is dropped.
+// of a ready sandbox whose container vanished is failed with a classified
+// fault (and kept, so its holder learns why).
 func TestReconcile(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{})
 	ctx := context.Background()
@@ -78,7 +79,14 @@ func TestReconcile(t *testing.T) {
 	if _, err := srv.Runtime.Inspect(ctx, "orphan-1"); faults.Of(err).Category != faults.NotFound {
 		t.Fatalf("orphan container survived reconciliation: %v", err)
 	}
-	want(t, call(t, srv, "GET", "/sandboxes/"+vanished, nil), 404)
+	r := call(t, srv, "GET", "/sandboxes/"+vanished, nil)
+	if r.status != 200 || r.body["status"] != "failed" {
+		t.Fatalf("record of a vanished sandbox: %d %s, want 200 and status failed", r.status, r.raw)
+	}
+	if f, _ := r.body["fault"].(map[string]any); f["code"] != faults.CodeSandboxDied {
+		t.Fatalf("vanished sandbox's fault = %v, want %s", r.body["fault"], faults.CodeSandboxDied)
+	}
+	want(t, call(t, srv, "DELETE", "/sandboxes/"+vanished, nil), 200)
 	if r := call(t, srv, "GET", "/sandboxes/"+kept, nil); r.status != 200 || r.body["status"] != "ready" {
 		t.Fatalf("a healthy sandbox was touched: %s", r.raw)
 	}

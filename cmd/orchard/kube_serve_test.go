@@ -30,6 +30,13 @@ func startKubeServer(t testing.TB, extra ...string) (*testserver.Process, kubern
 	t.Helper()
 	cs := kubetest.Client(t) // skips without a cluster
 	ns := kubetest.Namespace(t, cs)
+	return startKubeServerIn(t, ns, extra...), cs, ns
+}
+
+// startKubeServerIn runs `orchard serve --runtime kube` on namespace ns
+// (several servers may share one), with extra environment.
+func startKubeServerIn(t testing.TB, ns string, extra ...string) *testserver.Process {
+	t.Helper()
 	env := append([]string{
 		"ORCHARD_RUNTIME=kube",
 		"KUBECONFIG=" + kubeconfigPath(),
@@ -39,8 +46,7 @@ func startKubeServer(t testing.TB, extra ...string) (*testserver.Process, kubern
 		"ORCHARD_KUBE_NODE_SELECTOR=type=kwok",
 		"ORCHARD_KUBE_TOLERATIONS=kwok.x-k8s.io/node:NoSchedule",
 	}, extra...)
-	p := testserver.StartProcess(t, testserver.ProcessOptions{Env: env})
-	return p, cs, ns
+	return testserver.StartProcess(t, testserver.ProcessOptions{Env: env})
 }
 
 func kubeconfigPath() string { return os.Getenv(kubetest.EnvKubeconfig) }
@@ -133,6 +139,18 @@ func TestServeOnKube(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	awaitNoPods(t, cs, ns)
+	calls := kubeCalls(t, p)
+	if calls["create pods"] != 3 || calls["delete pods"] != 3 || calls["get pods"] != 0 {
+		t.Errorf("API calls %v: want 3 pod creates, 3 deletes, no gets", calls)
+	}
+}
+
+// awaitNoPods waits until namespace ns holds no pod that is not being
+// deleted.
+func awaitNoPods(t testing.TB, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -144,13 +162,9 @@ func TestServeOnKube(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d pods left after delete", len(live))
+			t.Fatalf("%d pods left in %s after delete", len(live), ns)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	calls := kubeCalls(t, p)
-	if calls["create pods"] != 3 || calls["delete pods"] != 3 || calls["get pods"] != 0 {
-		t.Errorf("API calls %v: want 3 pod creates, 3 deletes, no gets", calls)
 	}
 }
 

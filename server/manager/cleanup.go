@@ -144,11 +144,34 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}
 	}
 	for _, r := range recs {
-		if known[r.ID] && r.Ready && !live[r.ID] {
-			m.log.Info("reconcile: dropping record of a vanished sandbox", "sandbox_id", r.ID)
-			_ = m.st.DeleteSandbox(ctx, r.ID)
+		if known[r.ID] && r.Status == api.StatusReady && !live[r.ID] {
+			m.failVanished(ctx, r.ID)
 		}
 	}
+}
+
+// failVanished fails the record of a ready sandbox whose container or pod
+// is gone (deleted outside Orchard, or lost with its node), rather than
+// dropping it: a client holding the id learns what happened instead of
+// meeting a 404, and the record goes at its TTL like any other.
+func (m *Manager) failVanished(ctx context.Context, id string) {
+	f := faults.New(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox,
+		"Pod not found: the sandbox's container was removed outside Orchard")
+	_, err := m.st.UpdateSandbox(ctx, id, func(r *store.Sandbox) error {
+		if r.Status != api.StatusReady {
+			return nil // deleted or failed meanwhile: nothing to add
+		}
+		fi := toFaultInfo(f)
+		r.Status, r.StatusMessage, r.Fault = api.StatusFailed, f.Message, &fi
+		return nil
+	})
+	if err != nil {
+		m.log.Warn("reconcile: fail record of a vanished sandbox", "sandbox_id", id, "err", err)
+		return
+	}
+	m.log.Info("reconcile: failed the record of a vanished sandbox", "sandbox_id", id)
+	m.detachEgress(id)
+	_ = m.st.Publish(ctx, store.SandboxTopic(id))
 }
 
 // Recover reconciles the store with sandboxes an earlier server process
