@@ -3,12 +3,21 @@ package main
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/internal/testing/kubetest"
@@ -117,5 +126,155 @@ func TestServeOnKubeNode(t *testing.T) {
 
 	if _, err := call(ctx, p, "DELETE", "/sandboxes/"+sb.ID, nil, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkKubeNodeVsLocal measures, in one run, create-to-ready (POST
+// /sandboxes, then /wait) and the exec round trip (`true`, wait=true)
+// through `orchard serve` on the real node (scripts/kube.sh up --node)
+// and on the local runtime, each the median of sequential calls, and
+// their ratios. Run with
+//
+//	ORCHARD_TEST_KUBECONFIG=... ORCHARD_TEST_KUBE_SHELL_IMAGE=... ORCHARD_TEST_KUBE_AGENT_IMAGE=... \
+//	  go test -run '^$' -bench KubeNodeVsLocal -benchtime 1x ./cmd/orchard
+func BenchmarkKubeNodeVsLocal(b *testing.B) {
+	const creates, execs = 10, 100
+	shell, agentImage := kubetest.Node(b)
+	cs := kubetest.Client(b)
+	ns := kubetest.Namespace(b, cs)
+	kube := testserver.StartProcess(b, testserver.ProcessOptions{Env: []string{
+		"ORCHARD_RUNTIME=kube",
+		"KUBECONFIG=" + kubeconfigPath(),
+		"SANDBOX_NAMESPACE=" + ns,
+		"ORCHARD_KUBE_AGENT_IMAGE=" + agentImage,
+		"ORCHARD_KUBE_SHELL_IMAGE=" + shell,
+	}})
+	// The local runtime runs the very image the node runs, from the
+	// archive kube.sh imported into containerd.
+	archive := filepath.Join(filepath.Dir(kubeconfigPath()), "images.tar")
+	if _, err := os.Stat(archive); err != nil {
+		b.Skipf("no image archive beside the kubeconfig: %v", err)
+	}
+	local := testserver.StartProcess(b, testserver.ProcessOptions{Env: []string{"ORCHARD_IMAGE_DIRS=" + filepath.Dir(archive)}})
+	ctx := b.Context()
+	measure := func(p *testserver.Process, body map[string]any) (ready, exec time.Duration) {
+		var readies, rts []time.Duration
+		var keep string
+		for i := range creates {
+			start := time.Now()
+			var sb struct {
+				ID string `json:"sandbox_id"`
+			}
+			if _, err := call(ctx, p, "POST", "/sandboxes", body, &sb); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := call(ctx, p, "GET", "/sandboxes/"+sb.ID+"/wait?timeout=120", nil, nil); err != nil {
+				b.Fatal(err)
+			}
+			readies = append(readies, time.Since(start))
+			if i == 0 {
+				keep = sb.ID
+				continue
+			}
+			if _, err := call(ctx, p, "DELETE", "/sandboxes/"+sb.ID, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+			if p == kube {
+				podGone(b, cs, ns, "sandbox-"+sb.ID)
+			}
+		}
+		for range execs {
+			var job struct {
+				ExitCode *int `json:"exit_code"`
+			}
+			start := time.Now()
+			if _, err := call(ctx, p, "POST", "/sandboxes/"+keep+"/exec", map[string]any{"command": "true", "wait": true}, &job); err != nil {
+				b.Fatal(err)
+			}
+			if job.ExitCode == nil || *job.ExitCode != 0 {
+				b.Fatalf("exec true: exit %v", job.ExitCode)
+			}
+			rts = append(rts, time.Since(start))
+		}
+		_, _ = call(ctx, p, "DELETE", "/sandboxes/"+keep, nil, nil)
+		return median(readies), median(rts)
+	}
+	// The floor: a bare pod of the same image (no init container, no
+	// agent) created with client-go until the kubelet reports it Ready.
+	// Every pod is gone before the next is created, as a deleted pod holds
+	// its cpu request on the two-core node until then.
+	bare := func() time.Duration {
+		var ds []time.Duration
+		for i := range creates {
+			name := fmt.Sprintf("bare-%d", i)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: shell, Command: []string{"sleep", "3600"},
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}},
+					TerminationGracePeriodSeconds: new(int64)}}
+			w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			for ev := range w.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok && podReady(p) {
+					break
+				}
+			}
+			ds = append(ds, time.Since(start))
+			w.Stop()
+			if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				b.Fatal(err)
+			}
+			podGone(b, cs, ns, name)
+		}
+		return median(ds)
+	}
+	for range b.N {
+		floor := bare()
+		b.ReportMetric(float64(floor.Milliseconds()), "bare-pod-ready-p50-ms")
+		kr, ke := measure(kube, map[string]any{"image": shell, "block_network": true, "cpu": "500m", "memory": "256Mi"})
+		lr, le := measure(local, map[string]any{"image": "docker-archive:" + archive + ":" + shell, "block_network": true, "cpu": "500m", "memory": "256Mi"})
+		b.ReportMetric(float64(kr.Milliseconds()), "kube-ready-p50-ms")
+		b.ReportMetric(float64(lr.Milliseconds()), "local-ready-p50-ms")
+		b.ReportMetric(float64(ke.Microseconds())/1000, "kube-exec-p50-ms")
+		b.ReportMetric(float64(le.Microseconds())/1000, "local-exec-p50-ms")
+		b.ReportMetric(float64(kr)/float64(lr), "ready-kube/local")
+		b.ReportMetric(float64(kr)/float64(floor), "ready-kube/bare-pod")
+		b.ReportMetric(float64(ke)/float64(le), "exec-kube/local")
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// podGone waits until pod name no longer exists.
+func podGone(b *testing.B, cs kubernetes.Interface, ns, name string) {
+	b.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := cs.CoreV1().Pods(ns).Get(b.Context(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("pod %s still there a minute after its delete (%v)", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
