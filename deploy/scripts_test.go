@@ -73,8 +73,8 @@ func TestScriptsDryRun(t *testing.T) {
 			[]string{
 				"+ az group create --name rg-test --location westeurope",
 				"+ az acr create --resource-group rg-test --name orchardtest --sku Standard",
-				"+ az aks create --resource-group rg-test --name aks-test --location westeurope --node-count 3 --node-vm-size Standard_D4s_v3 --network-plugin azure --network-policy calico --attach-acr orchardtest",
-				"+ az aks nodepool add --resource-group rg-test --cluster-name aks-test --name sandbox --node-count 2 --node-vm-size Standard_D4s_v3 --labels workload=sandbox --node-taints workload=sandbox:NoSchedule",
+				"+ az aks create --resource-group rg-test --name aks-test --location westeurope --node-count 3 --node-vm-size Standard_D4s_v3 --max-pods 110 --network-plugin azure --network-policy calico --attach-acr orchardtest",
+				"+ az aks nodepool add --resource-group rg-test --cluster-name aks-test --name sandbox --node-count 2 --node-vm-size Standard_D4s_v3 --max-pods 110 --labels workload=sandbox --node-taints workload=sandbox:NoSchedule",
 				"+ az redis create --resource-group rg-test --name aks-test-redis --location westeurope --sku Standard --vm-size c1 --minimum-tls-version 1.2",
 				"+ az aks get-credentials --resource-group rg-test --name aks-test",
 			}, nil},

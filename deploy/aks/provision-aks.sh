@@ -16,6 +16,7 @@ Environment (defaults in brackets):
   LOCATION            Azure region [eastus]
   VM_SIZE             system pool VM size [Standard_D4s_v3]
   NODE_COUNT          system pool nodes [3]
+  MAX_PODS            pods per node [110]: each sandbox is a pod, and Azure CNI's default is 30
   NETWORK_POLICY      azure or calico: the policy engine [azure]
   KUBERNETES_VERSION  AKS version [the region's default]
   ACR_NAME            container registry name, globally unique, alphanumeric (required)
@@ -40,6 +41,7 @@ CLUSTER_NAME=${CLUSTER_NAME:-orchard-aks}
 LOCATION=${LOCATION:-eastus}
 VM_SIZE=${VM_SIZE:-Standard_D4s_v3}
 NODE_COUNT=${NODE_COUNT:-3}
+MAX_PODS=${MAX_PODS:-110}
 NETWORK_POLICY=${NETWORK_POLICY:-azure}
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-}
 ACR_NAME=${ACR_NAME:-}
@@ -68,7 +70,7 @@ run az acr create --resource-group "$RESOURCE_GROUP" --name "$ACR_NAME" --sku "$
 
 say "AKS cluster $CLUSTER_NAME: $NODE_COUNT x $VM_SIZE, network policy $NETWORK_POLICY"
 create=(az aks create --resource-group "$RESOURCE_GROUP" --name "$CLUSTER_NAME" --location "$LOCATION"
-  --node-count "$NODE_COUNT" --node-vm-size "$VM_SIZE"
+  --node-count "$NODE_COUNT" --node-vm-size "$VM_SIZE" --max-pods "$MAX_PODS"
   --network-plugin azure --network-policy "$NETWORK_POLICY"
   --attach-acr "$ACR_NAME" --enable-managed-identity --generate-ssh-keys --output none)
 [ -n "$KUBERNETES_VERSION" ] && create+=(--kubernetes-version "$KUBERNETES_VERSION")
@@ -79,7 +81,7 @@ if [ "$SANDBOX_NODE_COUNT" -gt 0 ]; then
   # the chart's sandbox.nodeSelector names.
   say "sandbox node pool: $SANDBOX_NODE_COUNT x $SANDBOX_VM_SIZE"
   run az aks nodepool add --resource-group "$RESOURCE_GROUP" --cluster-name "$CLUSTER_NAME" --name sandbox \
-    --node-count "$SANDBOX_NODE_COUNT" --node-vm-size "$SANDBOX_VM_SIZE" \
+    --node-count "$SANDBOX_NODE_COUNT" --node-vm-size "$SANDBOX_VM_SIZE" --max-pods "$MAX_PODS" \
     --labels workload=sandbox --node-taints workload=sandbox:NoSchedule --output none
 fi
 
