@@ -513,7 +513,7 @@ func TestChartRefuses(t *testing.T) {
 
 // TestChartKeepsAPIKey: the generated key is read back on upgrade. helm
 // template cannot look up a live Secret, so this checks the template asks
-// for it; TestChartOnKube's dry-run runs it against an API server.
+// for it; TestChartUpgradeOnKube upgrades a release on an API server.
 func TestChartKeepsAPIKey(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "helm", "orchard", "templates", "secrets.yaml"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -229,5 +230,60 @@ func newRuntimeWhenBound(ctx context.Context, cs kubernetes.Interface, cfg kube.
 			return nil, err
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// TestChartUpgradeOnKube installs the chart with helm and upgrades it: the
+// API key generated at install is read back (lookup) and kept, so clients
+// keep working across upgrades. Nothing runs: the test cluster has no
+// controllers, so the Deployment makes no pods.
+func TestChartUpgradeOnKube(t *testing.T) {
+	kubetest.Config(t) // skips without a cluster
+	kubeconfig := os.Getenv(kubetest.EnvKubeconfig)
+	helm := helmBin(t)
+	cs := kubetest.Client(t)
+	suffix := fmt.Sprintf("%08x", rand.Uint32())
+	ns, sandboxNS := "orchard-helm-"+suffix, "orchard-helm-"+suffix+"-sandboxes"
+	rel := "orchard-" + suffix
+	chart := filepath.Join(moduleRoot(t), "deploy", "helm", "orchard")
+	helmRun := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(helm, append(args, "--kubeconfig", kubeconfig)...)
+		// Helm's own state (repositories, cache) stays out of the user's.
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(helm, "uninstall", rel, "--namespace", ns, "--kubeconfig", kubeconfig)
+		_ = cmd.Run()
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	install := []string{"upgrade", "--install", rel, chart, "--namespace", ns, "--create-namespace",
+		"--set", "sandboxNamespace.name=" + sandboxNS + ",tests.enabled=false"}
+	key := func() string {
+		t.Helper()
+		s, err := cs.CoreV1().Secrets(ns).Get(context.Background(), rel+"-api-keys", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(s.Data["API_KEYS"])
+	}
+	helmRun(install...)
+	first := key()
+	if len(first) != 40 {
+		t.Fatalf("generated key %q", first)
+	}
+	helmRun(append(install, "--set", "replicaCount=3")...)
+	if again := key(); again != first {
+		t.Errorf("upgrade changed the generated API key: %q → %q", first, again)
+	}
+	d, err := cs.AppsV1().Deployments(ns).Get(context.Background(), rel, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.Replicas != 3 {
+		t.Errorf("replicas after upgrade %d, want 3", *d.Spec.Replicas)
 	}
 }
