@@ -540,3 +540,59 @@ func TestChartKeepsAPIKey(t *testing.T) {
 		t.Error("given keys changed nothing")
 	}
 }
+
+// TestValuesDocumented checks values.yaml in helm-docs style: every value
+// has a "# --" comment above it or above a map that holds it.
+func TestValuesDocumented(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(moduleRoot(t), "deploy", "helm", "orchard", "values.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		indent     int
+		documented bool
+	}
+	var stack []key
+	documented := false // the comment block just above has "# --"
+	for i, line := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "":
+			documented = false
+			continue
+		case strings.HasPrefix(trimmed, "#"):
+			documented = documented || strings.HasPrefix(trimmed, "# --")
+			continue
+		case strings.HasPrefix(trimmed, "- "):
+			continue
+		}
+		name, value, ok := strings.Cut(trimmed, ":")
+		if !ok {
+			continue
+		}
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		inherited := false
+		for _, k := range stack {
+			inherited = inherited || k.documented
+		}
+		if strings.TrimSpace(value) != "" && !documented && !inherited {
+			t.Errorf("values.yaml:%d: %s has no \"# --\" comment", i+1, name)
+		}
+		stack = append(stack, key{indent, documented})
+		documented = false
+	}
+}
+
+func TestChartLint(t *testing.T) {
+	t.Parallel()
+	chart := filepath.Join(moduleRoot(t), "deploy", "helm", "orchard")
+	out, err := exec.Command(helmBin(t), "lint", "--strict", chart, "--namespace", releaseNS).CombinedOutput()
+	if err != nil {
+		t.Errorf("helm lint --strict: %v\n%s", err, out)
+	}
+}
