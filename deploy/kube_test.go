@@ -91,6 +91,7 @@ func (c *cluster) delete(ctx context.Context, u *unstructured.Unstructured) {
 // the chart's policies as they are, and it may list nodes.
 func TestChartOnKube(t *testing.T) {
 	cfg := kubetest.Config(t)
+	t.Parallel()
 	c := newCluster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -239,6 +240,7 @@ func newRuntimeWhenBound(ctx context.Context, cs kubernetes.Interface, cfg kube.
 // controllers, so the Deployment makes no pods.
 func TestChartUpgradeOnKube(t *testing.T) {
 	kubetest.Config(t) // skips without a cluster
+	t.Parallel()
 	kubeconfig := os.Getenv(kubetest.EnvKubeconfig)
 	helm := helmBin(t)
 	cs := kubetest.Client(t)

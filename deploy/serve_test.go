@@ -33,12 +33,33 @@ import (
 // nowhere), with a kubeconfig that impersonates the service account in
 // place of the pod's in-cluster credentials.
 func TestChartServeOnKube(t *testing.T) {
-	cfg := kubetest.Config(t)
+	kubetest.Config(t)     // skips without a cluster
 	testenv.RequireRoot(t) // testserver.StartProcess needs it
+	t.Parallel()
+	tests := []struct {
+		name  string
+		nodes bool
+	}{
+		// rbac.nodes: GET /resources lists the cluster's sandbox nodes.
+		{"nodes listed", true},
+		// Without it /resources answers 503 runtime.kube_api, and
+		// everything else works.
+		{"nodes forbidden", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			serveChart(t, tt.nodes)
+		})
+	}
+}
+
+func serveChart(t *testing.T, nodes bool) {
+	cfg := kubetest.Config(t)
 	redis := testenv.StartRedis(t)
 	c := newCluster(t, cfg)
 	cs := kubetest.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 
 	suffix := fmt.Sprintf("%08x", rand.Uint32())
@@ -46,7 +67,8 @@ func TestChartServeOnKube(t *testing.T) {
 	name := "orchard-" + suffix
 	out, err := render(t, ns, "--set", "fullnameOverride="+name+",sandboxNamespace.name="+sandboxNS+
 		",image.registry=orchard.local,image.tag=dev,redis.external.url="+redis.URL()+",config.SERVICE_NAME=chart-"+suffix+
-		",sandbox.nodeSelector.type=kwok,sandbox.tolerations[0].key=kwok.x-k8s.io/node,sandbox.tolerations[0].effect=NoSchedule")
+		",sandbox.nodeSelector.type=kwok,sandbox.tolerations[0].key=kwok.x-k8s.io/node,sandbox.tolerations[0].effect=NoSchedule"+
+		fmt.Sprintf(",rbac.nodes=%v", nodes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +117,7 @@ func TestChartServeOnKube(t *testing.T) {
 	p := testserver.StartProcess(t, testserver.ProcessOptions{Env: env})
 
 	var banner struct{ Service string }
-	get(t, p, "GET", "/", nil, &banner)
+	call(t, p, "GET", "/", nil, &banner)
 	if banner.Service != "chart-"+suffix {
 		t.Errorf("GET / service %q, want config.SERVICE_NAME chart-%s", banner.Service, suffix)
 	}
@@ -103,9 +125,9 @@ func TestChartServeOnKube(t *testing.T) {
 		ID  string `json:"sandbox_id"`
 		CPU string `json:"cpu"`
 	}
-	get(t, p, "POST", "/sandboxes", map[string]any{"image": ""}, &sb)
+	call(t, p, "POST", "/sandboxes", map[string]any{"image": ""}, &sb)
 	var ready struct{ Status string }
-	get(t, p, "GET", "/sandboxes/"+sb.ID+"/wait?timeout=60", nil, &ready)
+	call(t, p, "GET", "/sandboxes/"+sb.ID+"/wait?timeout=60", nil, &ready)
 	if ready.Status != "ready" || sb.CPU != "1" {
 		t.Errorf("sandbox %s: status %s, cpu %s; want ready with the chart's default cpu 1", sb.ID, ready.Status, sb.CPU)
 	}
@@ -122,12 +144,18 @@ func TestChartServeOnKube(t *testing.T) {
 	}) {
 		t.Errorf("pod placement: node selector %v, tolerations %+v", spec.NodeSelector, spec.Tolerations)
 	}
-	var res struct{ Nodes []struct{ Name string } }
-	get(t, p, "GET", "/resources", nil, &res)
-	if len(res.Nodes) != 1 || res.Nodes[0].Name != "kwok-node-0" {
-		t.Errorf("/resources nodes %+v, want kwok-node-0 (the chart's ClusterRole lists nodes)", res.Nodes)
+	var res struct {
+		Nodes []struct{ Name string }
+		Error struct{ Code string }
 	}
-	get(t, p, "DELETE", "/sandboxes/"+sb.ID, nil, nil)
+	status := call(t, p, "GET", "/resources", nil, &res)
+	switch {
+	case nodes && (status != http.StatusOK || len(res.Nodes) != 1 || res.Nodes[0].Name != "kwok-node-0"):
+		t.Errorf("/resources: %d, nodes %+v; want 200 with kwok-node-0 (the chart's ClusterRole lists nodes)", status, res.Nodes)
+	case !nodes && (status != http.StatusServiceUnavailable || res.Error.Code != "runtime.kube_api"):
+		t.Errorf("/resources without rbac.nodes: %d %+v; want 503 runtime.kube_api", status, res.Error)
+	}
+	call(t, p, "DELETE", "/sandboxes/"+sb.ID, nil, nil)
 }
 
 // impersonating writes a copy of the test cluster's kubeconfig that acts
@@ -150,9 +178,10 @@ func impersonating(t *testing.T, user string) string {
 
 func testenvKubeconfig() string { return os.Getenv(kubetest.EnvKubeconfig) }
 
-// get makes one API call and decodes its JSON answer into out (if
-// non-nil); anything but a 2xx fails the test.
-func get(t *testing.T, p *testserver.Process, method, path string, body, out any) {
+// call makes one API call and decodes its JSON answer into out (if
+// non-nil); it returns the status. A status other than 2xx and 503 fails
+// the test.
+func call(t *testing.T, p *testserver.Process, method, path string, body, out any) int {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -170,7 +199,7 @@ func get(t *testing.T, p *testserver.Process, method, path string, body, out any
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
 	}
 	if out != nil {
@@ -178,4 +207,5 @@ func get(t *testing.T, p *testserver.Process, method, path string, body, out any
 			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
 		}
 	}
+	return resp.StatusCode
 }
