@@ -243,6 +243,8 @@ func TestScriptsNeedTools(t *testing.T) {
 			"missing required tool(s): curl", false},
 		{"smoke test without kubectl to find the server", "deploy/aks/test-deployment.sh", nil,
 			map[string]string{"curl": "exit 7"}, nil, "missing required tool(s): kubectl", false},
+		{"smoke test without kubectl to find the browser image", "deploy/aks/test-deployment.sh", []string{"ORCHARD_URL=http://x", "ORCHARD_API_KEY=k"},
+			map[string]string{"curl": "exit 7"}, nil, "no kubectl to read the server's browser image", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

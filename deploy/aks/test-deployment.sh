@@ -45,7 +45,7 @@ READY_TIMEOUT=${READY_TIMEOUT:-300}
 LOCAL_PORT=${LOCAL_PORT:-18080}
 
 need curl
-if [ -z "$ORCHARD_URL" ] || [ -z "$ORCHARD_API_KEY" ] || [ -z "$BROWSER_IMAGE" ]; then
+if [ -z "$ORCHARD_URL" ] || [ -z "$ORCHARD_API_KEY" ]; then
   need kubectl
 fi
 
@@ -88,6 +88,10 @@ if [ -z "$ORCHARD_API_KEY" ]; then
   fi
 fi
 
+if [ -z "$BROWSER_IMAGE" ] && [ "$DRY_RUN" != 1 ] && ! command -v kubectl >/dev/null 2>&1; then
+  say "no kubectl to read the server's browser image from its Deployment"
+  BROWSER_IMAGE=none
+fi
 if [ -z "$BROWSER_IMAGE" ]; then
   BROWSER_IMAGE=$(capture browserImage kubectl get deployment --namespace "$NAMESPACE" "$SERVICE" \
     --output 'jsonpath={.spec.template.spec.containers[0].env[?(@.name=="ORCHARD_KUBE_BROWSER_IMAGE")].value}' 2>/dev/null || true)
