@@ -20,8 +20,8 @@ cd "$(dirname "$0")/.."
 # nodejs runs Playwright against the DevTools proxy in the server's tests;
 # python3 runs the Python client's suite (sdk/python) against a server;
 # e2fsprogs (mkfs.ext4) formats the filesystems that hold sandboxes'
-# writable layers on disk.
-PACKAGES=(git gcc python3 libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs e2fsprogs)
+# writable layers on disk; shellcheck checks the deploy scripts.
+PACKAGES=(git gcc python3 libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs e2fsprogs shellcheck)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi
@@ -118,6 +118,9 @@ case "$cmd" in
     install_packages
     build
     fetch_playwright
+    # The chart's tests render it with helm, built once from the Go
+    # module proxy into ~/.cache/orchard/helm (a few minutes the first time).
+    deploy/helm.sh >/dev/null
     export ORCHARD_AGENT="$PWD/bin/orchard-agent"
     go vet -tags seccomp ./...
     unformatted=$(gofmt -l . | grep -v '^agentbin/' || true)
@@ -128,7 +131,7 @@ case "$cmd" in
     go test -race -count=1 -timeout 25m -tags seccomp -skip 'OnKube' "$@" $(go list ./... | grep -v '/runtime/kube$')
     start_kube
     go test -race -count=1 -timeout 15m -tags seccomp "$@" ./runtime/kube
-    go test -race -count=1 -timeout 15m -tags seccomp -run 'OnKube' "$@" ./cmd/orchard
+    go test -race -count=1 -timeout 15m -tags seccomp -run 'OnKube' "$@" ./cmd/orchard ./deploy
     scripts/kube.sh down >/dev/null; trap - EXIT
     scripts/leakcheck.sh ;;
   *)
