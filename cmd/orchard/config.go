@@ -149,9 +149,7 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	if !flagSet("runtime") {
 		str("ORCHARD_RUNTIME", &cfg.Runtime)
 	}
-	if !flagSet("kubeconfig") && !flagSet("kube-agent-image") {
-		cfg.Kube.loadEnv(str)
-	}
+	cfg.Kube.loadEnv(str, flagSet)
 	str("ORCHARD_AGENT", &cfg.AgentPath)
 	str("ORCHARD_INIT", &cfg.InitPath)
 	str("REDIS_URL", &cfg.RedisURL)

@@ -71,3 +71,35 @@ func TestLoadEnvPathLists(t *testing.T) {
 		}
 	}
 }
+
+// A kube flag wins over its own variable only: the other ORCHARD_KUBE_*
+// variables still apply.
+func TestLoadEnvKubeFlags(t *testing.T) {
+	env := map[string]string{
+		"KUBECONFIG": "/env/kubeconfig", "ORCHARD_KUBE_AGENT_IMAGE": "env/agent:1",
+		"ORCHARD_KUBE_SHELL_IMAGE": "env/shell:1", "ORCHARD_KUBE_NODE_SELECTOR": "pool=sandboxes",
+	}
+	for _, tc := range []struct {
+		name                string
+		flags               map[string]string
+		kubeconfig, agent   string
+		shell, nodeSelector string
+	}{
+		{"env only", nil, "/env/kubeconfig", "env/agent:1", "env/shell:1", "pool=sandboxes"},
+		{"kubeconfig flag", map[string]string{"kubeconfig": "/flag/kc"}, "/flag/kc", "env/agent:1", "env/shell:1", "pool=sandboxes"},
+		{"agent image flag", map[string]string{"kube-agent-image": "flag/agent:2"}, "/env/kubeconfig", "flag/agent:2", "env/shell:1", "pool=sandboxes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string { return env[k] }
+			cfg := defaultConfig(getenv)
+			cfg.Kube.Kubeconfig, cfg.Kube.AgentImage = tc.flags["kubeconfig"], tc.flags["kube-agent-image"]
+			if err := loadEnv(&cfg, getenv, func(name string) bool { _, ok := tc.flags[name]; return ok }); err != nil {
+				t.Fatal(err)
+			}
+			k := cfg.Kube
+			if k.Kubeconfig != tc.kubeconfig || k.AgentImage != tc.agent || k.ShellImage != tc.shell || k.NodeSelector != tc.nodeSelector {
+				t.Errorf("kube config %+v; want kubeconfig %s, agent %s, shell %s, node selector %s", k, tc.kubeconfig, tc.agent, tc.shell, tc.nodeSelector)
+			}
+		})
+	}
+}

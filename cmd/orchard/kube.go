@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -36,11 +37,20 @@ type KubeConfig struct {
 	// PullSecrets (ORCHARD_KUBE_PULL_SECRETS, comma-separated) are the
 	// image pull secrets of sandbox pods.
 	PullSecrets string
+	// SandboxTTL is the server's default sandbox lifetime (SANDBOX_TTL_HOURS),
+	// the pods' activeDeadlineSeconds backstop when a create names no TTL.
+	SandboxTTL time.Duration
 }
 
-func (k *KubeConfig) loadEnv(str func(string, *string)) {
-	str("KUBECONFIG", &k.Kubeconfig)
-	str("ORCHARD_KUBE_AGENT_IMAGE", &k.AgentImage)
+// loadEnv reads the environment; a flag given on the command line wins
+// over its variable, and only over that one.
+func (k *KubeConfig) loadEnv(str func(string, *string), flagSet func(string) bool) {
+	if !flagSet("kubeconfig") {
+		str("KUBECONFIG", &k.Kubeconfig)
+	}
+	if !flagSet("kube-agent-image") {
+		str("ORCHARD_KUBE_AGENT_IMAGE", &k.AgentImage)
+	}
 	str("ORCHARD_KUBE_SHELL_IMAGE", &k.ShellImage)
 	str("ORCHARD_KUBE_BROWSER_IMAGE", &k.BrowserImage)
 	str("ORCHARD_KUBE_DESKTOP_IMAGE", &k.DesktopImage)
@@ -69,6 +79,7 @@ func (k KubeConfig) runtimeConfig(ns string, log *slog.Logger) (kube.Config, err
 		cfg.Tolerations = append(cfg.Tolerations, tol)
 	}
 	cfg.ImagePullSecrets = split(k.PullSecrets)
+	cfg.DefaultTTL = k.SandboxTTL
 	return cfg, nil
 }
 

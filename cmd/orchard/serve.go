@@ -149,9 +149,13 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 		return nil, err
 	}
 	cfg.Server.APIKeys, s.Keys = keys, keys
-	agentPath, err := agentbin.Resolve(filepath.Join(cfg.StateDir, "bin"), cfg.AgentPath)
-	if err != nil {
-		return nil, err
+	// Pods get the agent from the agent image: the kube runtime needs no
+	// agent binary beside the server.
+	var agentPath string
+	if cfg.Runtime != "kube" {
+		if agentPath, err = agentbin.Resolve(filepath.Join(cfg.StateDir, "bin"), cfg.AgentPath); err != nil {
+			return nil, err
+		}
 	}
 	initPath := cfg.InitPath
 	if initPath == "" {
@@ -296,6 +300,7 @@ func newRuntime(ctx context.Context, cfg *Config, stateDir, agentPath, initPath 
 			// informer, not a container start: the cluster bounds them.
 			cfg.Manager.MaxConcurrentCreates = kubeConcurrentCreates
 		}
+		cfg.Kube.SandboxTTL = cfg.Manager.SandboxTTL
 		kr, err := newKubeRuntime(ctx, cfg.Kube, cfg.Manager.Namespace, cfg.Server.Metrics, log)
 		if err != nil {
 			return nil, err

@@ -90,6 +90,10 @@ type Config struct {
 	// activeDeadlineSeconds, a backstop for the server's own cleanup.
 	// Default 5 minutes.
 	TTLGrace time.Duration
+	// DefaultTTL stands for ttl_seconds when a create names none (the
+	// server's SANDBOX_TTL_HOURS), so that no pod outlives every server
+	// that could delete it. 0: such pods get no deadline.
+	DefaultTTL time.Duration
 	// API retries the API server's transient refusals (429, 5xx,
 	// timeouts). Default: 6 attempts within 30 s.
 	API retry.Policy

@@ -89,8 +89,12 @@ func (r *Runtime) podFor(spec runtime.Spec) (*corev1.Pod, error) {
 
 	port := int32(r.cfg.AgentPort)
 	var deadline *int64
-	if spec.TTLSeconds > 0 {
-		d := int64(spec.TTLSeconds) + int64(r.cfg.TTLGrace.Seconds())
+	ttl := int64(spec.TTLSeconds)
+	if ttl <= 0 {
+		ttl = int64(r.cfg.DefaultTTL.Seconds())
+	}
+	if ttl > 0 {
+		d := ttl + int64(r.cfg.TTLGrace.Seconds())
 		deadline = &d
 	}
 	grace := int64(r.cfg.DeleteGrace.Seconds())
