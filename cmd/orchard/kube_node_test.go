@@ -24,11 +24,11 @@ import (
 	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
-// On a real node (scripts/kube.sh up --node), a sandbox is a real pod
-// started from the locally built shell image, its agent copied in by the
-// init container: exec, files and the PTY work through the server over
-// the pod network, with the agent's token.
-func TestServeOnKubeNode(t *testing.T) {
+// startNodeServer runs `orchard serve --runtime kube` on a fresh
+// namespace of the real node (scripts/kube.sh up --node); it skips
+// without one. It returns the server and the node's shell image.
+func startNodeServer(t testing.TB) (*testserver.Process, string, kubernetes.Interface, string) {
+	t.Helper()
 	shell, agentImage := kubetest.Node(t)
 	cs := kubetest.Client(t)
 	ns := kubetest.Namespace(t, cs)
@@ -39,6 +39,15 @@ func TestServeOnKubeNode(t *testing.T) {
 		"ORCHARD_KUBE_AGENT_IMAGE=" + agentImage,
 		"ORCHARD_KUBE_SHELL_IMAGE=" + shell,
 	}})
+	return p, shell, cs, ns
+}
+
+// On a real node (scripts/kube.sh up --node), a sandbox is a real pod
+// started from the locally built shell image, its agent copied in by the
+// init container: exec, files and the PTY work through the server over
+// the pod network, with the agent's token.
+func TestServeOnKubeNode(t *testing.T) {
+	p, shell, _, _ := startNodeServer(t)
 	ctx := t.Context()
 	var sb struct {
 		ID string `json:"sandbox_id"`
@@ -139,16 +148,7 @@ func TestServeOnKubeNode(t *testing.T) {
 //	  go test -run '^$' -bench KubeNodeVsLocal -benchtime 1x ./cmd/orchard
 func BenchmarkKubeNodeVsLocal(b *testing.B) {
 	const creates, execs = 10, 100
-	shell, agentImage := kubetest.Node(b)
-	cs := kubetest.Client(b)
-	ns := kubetest.Namespace(b, cs)
-	kube := testserver.StartProcess(b, testserver.ProcessOptions{Env: []string{
-		"ORCHARD_RUNTIME=kube",
-		"KUBECONFIG=" + kubeconfigPath(),
-		"SANDBOX_NAMESPACE=" + ns,
-		"ORCHARD_KUBE_AGENT_IMAGE=" + agentImage,
-		"ORCHARD_KUBE_SHELL_IMAGE=" + shell,
-	}})
+	kube, shell, cs, ns := startNodeServer(b)
 	// The local runtime runs the very image the node runs, from the
 	// archive kube.sh imported into containerd.
 	archive := filepath.Join(filepath.Dir(kubeconfigPath()), "images.tar")
