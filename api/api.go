@@ -14,6 +14,7 @@ import (
 const (
 	StatusPending       = "pending"
 	StatusReady         = "ready"
+	StatusPaused        = "paused"
 	StatusUnschedulable = "unschedulable"
 	StatusFailed        = "failed"
 	StatusNotFound      = "not_found"

@@ -19,6 +19,9 @@ const (
 	CodeJobCanceled     = "job.canceled"
 	CodeSandboxExists   = "sandbox.exists"
 	CodeSandboxNotReady = "sandbox.not_ready"
+	// CodeSandboxPaused: the sandbox is paused (POST /sandboxes/{id}/pause);
+	// its processes, the agent among them, answer nothing until resumed.
+	CodeSandboxPaused = "sandbox.paused"
 
 	// Sandbox lifetime and agent.
 	CodeAgentNotReady    = "sandbox.agent_not_ready"

@@ -46,6 +46,7 @@ var registry = []CodeInfo{
 	{CodeJobCanceled, Canceled, Client, false, false, "The job was canceled by request (POST /jobs/{id}/cancel) before it finished; its command was killed."},
 	{CodeSandboxExists, Conflict, Client, false, false, "A sandbox with that id already exists."},
 	{CodeSandboxNotReady, Conflict, Client, false, false, "The sandbox has not finished starting; wait for it before using it."},
+	{CodeSandboxPaused, Conflict, Client, false, false, "The sandbox is paused: its processes are stopped in place. Resume it (POST /sandboxes/{id}/resume) before exec, files or actions."},
 	{CodeSandboxGone, Canceled, Client, false, false, "The sandbox was deleted while work on it was starting or running."},
 
 	// Sandbox lifetime and agent.

@@ -153,6 +153,7 @@ var subjectNotSource = map[string]string{
 	CodeSandboxNotFound: "the caller named a sandbox that does not exist",
 	CodeSandboxExists:   "the caller asked for an id that is taken",
 	CodeSandboxNotReady: "the caller used a sandbox before it was ready",
+	CodeSandboxPaused:   "the caller used a sandbox it had paused",
 	CodeSandboxGone:     "the caller deleted the sandbox the work ran in",
 	CodeExecTimeout:     "the command that outran its own timeout was the caller's choice",
 }

@@ -96,6 +96,14 @@ type ImageChecker interface {
 	CheckImage(ref string) error
 }
 
+// Pauser is an optional ability: stop every process of a sandbox in place,
+// its memory kept, and let them go on later. Both are idempotent: pausing
+// a paused sandbox and resuming a running one do nothing.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}
+
 // MinEphemeralStorageBytes is the smallest writable layer every backend
 // accepts: a filesystem and the few files a sandbox's start writes fit.
 const MinEphemeralStorageBytes = 16 << 20

@@ -71,6 +71,10 @@ func (s *Server) table() []route {
 			queryMin: map[string]int{"timeout": 0}, response: api.Sandbox{}, handler: s.waitSandbox},
 		{method: "DELETE", path: "/sandboxes/:id", summary: "Delete a sandbox (idempotent)", response: api.DeleteResponse{}, handler: s.deleteSandbox},
 		{method: "POST", path: "/sandboxes/:id/heartbeat", summary: "Record a heartbeat", response: api.StatusOK{}, handler: s.heartbeat},
+		{method: "POST", path: "/sandboxes/:id/pause", summary: "Stop every process of the sandbox in place, memory kept (status paused; 409 sandbox.paused for work until resumed)",
+			response: api.Sandbox{}, handler: s.pauseSandbox},
+		{method: "POST", path: "/sandboxes/:id/resume", summary: "Let a paused sandbox's processes go on where they stopped",
+			response: api.Sandbox{}, handler: s.resumeSandbox},
 		{method: "POST", path: "/sandboxes/:id/exec", summary: "Run a command as a job",
 			request: api.ExecRequest{}, response: api.Job{}, handler: s.exec},
 		{method: "GET", path: "/sandboxes/:id/exec/pty", summary: "Interactive PTY over WebSocket", ws: true,
@@ -335,6 +339,24 @@ func (s *Server) heartbeat(c *gin.Context) error {
 		return err
 	}
 	c.JSON(http.StatusOK, api.StatusOK{Status: "ok", SandboxID: id})
+	return nil
+}
+
+func (s *Server) pauseSandbox(c *gin.Context) error {
+	rec, err := s.mgr.Pause(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, s.sandboxJSON(rec))
+	return nil
+}
+
+func (s *Server) resumeSandbox(c *gin.Context) error {
+	rec, err := s.mgr.Resume(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, s.sandboxJSON(rec))
 	return nil
 }
 

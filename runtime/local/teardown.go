@@ -50,6 +50,13 @@ func (l *Local) teardown(ctx context.Context, s *sandbox) error {
 		if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 			l.log.Debug("kill sandbox init", "sandbox_id", s.id, "err", err)
 		}
+		// A paused sandbox's processes take the kill only once thawed;
+		// thawed after the signal, they run no more of their own code.
+		if st, err := c.Status(); err == nil && st == libcontainer.Paused {
+			if err := c.Resume(); err != nil {
+				l.log.Warn("thaw paused sandbox for teardown", "sandbox_id", s.id, "err", err)
+			}
+		}
 	}
 	// When init dies the kernel kills the rest of its pid namespace before
 	// reporting the exit, so waiting for init is usually all it takes.
@@ -64,7 +71,7 @@ func (l *Local) teardown(ctx context.Context, s *sandbox) error {
 	cm, err := manager.NewWithPaths(cg, paths)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("cgroup manager: %w", err))
-	} else if err := killCgroup(ctx, cm); err != nil {
+	} else if err := thawAndKill(ctx, cm); err != nil {
 		errs = append(errs, err)
 	}
 	if c != nil {
@@ -166,6 +173,16 @@ func killCgroup(ctx context.Context, cm cgroups.Manager) error {
 		case <-time.After(teardownPoll):
 		}
 	}
+}
+
+// thawAndKill kills what is left in the cgroup, thawing it first: a
+// cgroup frozen by a pause whose container state is lost would hold its
+// processes, and the kill, forever.
+func thawAndKill(ctx context.Context, cm cgroups.Manager) error {
+	if st, err := cm.GetFreezerState(); err == nil && st != cgroups.Thawed {
+		_ = cm.Freeze(cgroups.Thawed)
+	}
+	return killCgroup(ctx, cm)
 }
 
 // destroy removes the container's state and cgroups, retrying while the

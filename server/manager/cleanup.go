@@ -93,7 +93,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 			why = "ttl expired"
 		case !r.Ready && age > api.Seconds(r.CreationTimeout)+m.cfg.PendingTimeoutBuffer:
 			why = "pending timeout"
-		case m.cfg.HeartbeatCleanupEnabled && r.Ready && r.LastHeartbeat != nil &&
+		case m.cfg.HeartbeatCleanupEnabled && r.Status == api.StatusReady && r.LastHeartbeat != nil &&
 			now.Sub(unixTime(*r.LastHeartbeat)) > m.cfg.HeartbeatTimeout:
 			why = "heartbeat timeout"
 		}
@@ -144,7 +144,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}
 	}
 	for _, r := range recs {
-		if known[r.ID] && r.Status == api.StatusReady && !live[r.ID] {
+		if known[r.ID] && (r.Status == api.StatusReady || r.Status == api.StatusPaused) && !live[r.ID] {
 			m.failVanished(ctx, r.ID)
 		}
 	}
@@ -158,7 +158,7 @@ func (m *Manager) failVanished(ctx context.Context, id string) {
 	f := faults.New(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox,
 		"Pod not found: the sandbox's container was removed outside Orchard")
 	_, err := m.st.UpdateSandbox(ctx, id, func(r *store.Sandbox) error {
-		if r.Status != api.StatusReady {
+		if r.Status != api.StatusReady && r.Status != api.StatusPaused {
 			return nil // deleted or failed meanwhile: nothing to add
 		}
 		fi := toFaultInfo(f)

@@ -216,6 +216,9 @@ func (m *Manager) awaitAgent(ctx context.Context, rec store.Sandbox) (store.Sand
 	if rec.Ready && rec.Status == api.StatusReady && rec.AgentAddr != "" {
 		return rec, nil
 	}
+	if err := pausedFault(rec); err != nil {
+		return rec, err
+	}
 	notReady := faults.Newf(faults.CodeAgentNotReady, faults.Unavailable, faults.Sandbox, "Sandbox %s agent not ready", rec.ID)
 	if rec.Status != api.StatusPending {
 		notReady.Retryable = false

@@ -174,6 +174,7 @@ type Manager struct {
 	// for it, or the runtime still has the old sandbox.
 	deleting map[string]chan struct{}
 	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
+	pauses   keyedMutex                                    // serialises Pause and Resume per sandbox
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
@@ -473,7 +474,7 @@ func (m *Manager) Get(ctx context.Context, id string) (store.Sandbox, error) {
 }
 
 func (m *Manager) live(ctx context.Context, rec store.Sandbox) store.Sandbox {
-	if rec.Status != api.StatusReady {
+	if rec.Status != api.StatusReady && rec.Status != api.StatusPaused {
 		return rec
 	}
 	inst, err := m.rt.Inspect(ctx, rec.ID)
@@ -679,6 +680,9 @@ func (m *Manager) readyAgent(ctx context.Context, id string) (Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := pausedFault(rec); err != nil {
+		return nil, err
+	}
 	if !rec.Ready || rec.AgentAddr == "" {
 		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
 	}
@@ -754,6 +758,9 @@ func (m *Manager) Agent(ctx context.Context, id string) (Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := pausedFault(rec); err != nil {
+		return nil, err
+	}
 	if !rec.Ready || rec.AgentAddr == "" {
 		return nil, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client, "Sandbox %s is not ready", id)
 	}
@@ -765,6 +772,9 @@ func (m *Manager) Agent(ctx context.Context, id string) (Agent, error) {
 func (m *Manager) ApplyPatch(ctx context.Context, id, patch string, timeout int) (api.PatchResult, error) {
 	rec, err := m.st.GetSandbox(ctx, id)
 	if err != nil {
+		return api.PatchResult{}, err
+	}
+	if err := pausedFault(rec); err != nil {
 		return api.PatchResult{}, err
 	}
 	if rec.AgentAddr == "" {

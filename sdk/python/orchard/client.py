@@ -381,6 +381,17 @@ class Sandbox:
     def heartbeat(self):
         return self.client.json("POST", self._path("/heartbeat"))
 
+    def pause(self):
+        """Stop every process in place, memory kept; exec, files and actions
+        raise OrchardError sandbox.paused (409) until resume()."""
+        self.info = self.client.json("POST", self._path("/pause"))
+        return self
+
+    def resume(self):
+        """Let a paused sandbox's processes go on where they stopped."""
+        self.info = self.client.json("POST", self._path("/resume"))
+        return self
+
     def exec(self, command, timeout=None, cwd=None, env=None, login_shell=False):
         """Run a command (bash -c) and wait for it; returns the job: status,
         exit_code, stdout, stderr (and fault when the sandbox, not the

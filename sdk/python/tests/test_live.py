@@ -77,6 +77,16 @@ class Live(unittest.TestCase):
             sb.refresh()
         self.assertEqual(e.exception.status, 404)
 
+    def test_pause_resume(self):
+        with self.c.create_sandbox() as sb:
+            sb.exec("echo kept > /tmp/f")
+            self.assertEqual(sb.pause().status, "paused")
+            with self.assertRaises(OrchardError) as e:
+                sb.exec("true")
+            self.assertEqual((e.exception.status, e.exception.code), (409, "sandbox.paused"))
+            self.assertEqual(sb.resume().status, "ready")
+            self.assertEqual(sb.exec("cat /tmp/f")["stdout"], "kept\n")
+
     def test_browser(self):
         with self.c.create_sandbox(kind="browser", browser={"viewport": {"width": 800, "height": 600}}) as sb:
             sb.upload("/workspace/page.html", PAGE)
