@@ -48,6 +48,11 @@ func resolve(ctx context.Context, seeds, data []string) ([]deb, error) {
 			pins[n] = v
 		}
 	}
+	// A data package that the closure holds anyway is installed whole.
+	closure := map[string]bool{}
+	for n := range pins {
+		closure[n] = true
+	}
 	dataSet := map[string]bool{}
 	if len(data) > 0 {
 		inst, err := simulate(ctx, data)
@@ -93,7 +98,7 @@ func resolve(ctx context.Context, seeds, data []string) ([]deb, error) {
 		}
 		n, _, _ := strings.Cut(f[1], "_")
 		byName[n] = deb{Name: n, Version: pins[n], URI: strings.Trim(f[0], "'"), Filename: f[1], Size: size,
-			SHA256: strings.TrimPrefix(f[3], "SHA256:"), Data: dataSet[n] && !inSeeds(n, seeds)}
+			SHA256: strings.TrimPrefix(f[3], "SHA256:"), Data: dataSet[n] && !closure[n]}
 	}
 	debs := make([]deb, 0, len(names))
 	for _, n := range names {
@@ -104,15 +109,6 @@ func resolve(ctx context.Context, seeds, data []string) ([]deb, error) {
 		debs = append(debs, d)
 	}
 	return debs, nil
-}
-
-func inSeeds(n string, seeds []string) bool {
-	for _, s := range seeds {
-		if s == n {
-			return true
-		}
-	}
-	return false
 }
 
 // simulate returns name → version of what `apt-get install` of pkgs would

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -57,12 +59,13 @@ func build(ctx context.Context, spec Spec, o Options) (v1.Image, error) {
 	}
 	defer r.Close()
 	pkgs := make([]installed, 0, len(debs))
-	for _, d := range debs {
-		ctrl, list, err := r.addDeb(ctx, d.Path)
-		if err != nil {
-			return nil, fmt.Errorf("unpack %s: %w", d.Filename, err)
-		}
-		pkgs = append(pkgs, installed{deb: d, ctrl: ctrl, list: list})
+	err = unpackAll(ctx, debs, func(i int, u unpacked) error {
+		list, err := r.add(tar.NewReader(bytes.NewReader(u.fsys)))
+		pkgs = append(pkgs, installed{deb: debs[i], ctrl: u.ctrl, list: list})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	// Packages' bin/ went to usr/bin/ (usrMerge); the top-level names
 	// are links, as debootstrap makes them, for the directories that
@@ -176,12 +179,6 @@ func labels(spec Spec, o Options, pkgs []installed) map[string]string {
 		"org.opencontainers.image.revision": o.Revision,
 		"org.opencontainers.image.version":  o.Version,
 		"org.opencontainers.image.created":  o.Epoch.UTC().Format(time.RFC3339),
-		"org.opencontainers.image.base.name": func() string {
-			if len(pkgs) > 0 {
-				return "debian:bookworm"
-			}
-			return "scratch"
-		}(),
 	}
 	if len(pkgs) > 0 {
 		vs := make([]string, 0, len(pkgs))

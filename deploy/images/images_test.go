@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"io"
+	"log"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +14,10 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
@@ -98,8 +102,8 @@ func TestReproducible(t *testing.T) {
 	}
 }
 
-// The outputs hold the built image: a layout and an archive give back
-// the digest the build printed.
+// The outputs hold the built image: a layout, an archive and a registry
+// give back the digest the build printed.
 func TestOutputs(t *testing.T) {
 	img := buildImage(t, "orchard-agent")
 	dir := t.TempDir()
@@ -128,6 +132,26 @@ func TestOutputs(t *testing.T) {
 	if len(m.Manifests) != 1 || m.Manifests[0].Digest != digest(t, img) {
 		t.Errorf("layout index %+v, want one image %s", m.Manifests, digest(t, img))
 	}
+
+	// A loopback registry is spoken to over plain HTTP without --insecure.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/orchard-agent:test"
+	if err := pushImage(ctx, ref, false, img); err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Get(r, remote.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pulled.Digest != digest(t, img) {
+		t.Errorf("pushed %s, registry has %s", digest(t, img), pulled.Digest)
+	}
+
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +250,9 @@ func TestBrowserImage(t *testing.T) {
 	out := execOK(t, ctx, c, id, `chromium --headless --no-sandbox --disable-gpu --remote-debugging-port=9222 about:blank >/tmp/chromium.log 2>&1 &
 for i in $(seq 100); do
   if exec 3<>/dev/tcp/127.0.0.1/9222; then
-    printf 'GET /json/version HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 && cat <&3 && exit 0
+    # DevTools answers HTTP/1.1 only, and keeps the connection open.
+    printf 'GET /json/version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3
+    timeout 5 cat <&3; exit 0
   fi 2>/dev/null
   sleep 0.2
 done
