@@ -85,6 +85,9 @@ func build(ctx context.Context, spec Spec, o Options) (v1.Image, error) {
 		return nil, err
 	}
 	alternatives(r, pkgs)
+	if err := shells(r); err != nil {
+		return nil, err
+	}
 	baseFiles(r)
 	tzdata(r)
 	accounts(r)

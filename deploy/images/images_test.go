@@ -219,8 +219,8 @@ func TestShellImage(t *testing.T) {
 		c, id := sandbox(t, ctx, img)
 		out := execOK(t, ctx, c, id, `git --version && python3 -c 'print(1)' && bash --version | head -1 && `+
 			`python3 -c 'import ssl; print(len(ssl.create_default_context().get_ca_certs()) > 100)' && `+
-			`dpkg -s git | grep -c '^Status: install ok installed' && awk 'BEGIN { print "awk" }' && id -un`)
-		for _, want := range []string{"git version 2.", "\n1\n", "GNU bash, version 5.", "\nTrue\n", "\n1\nawk\nroot\n"} {
+			`dpkg -s git | grep -c '^Status: install ok installed' && awk 'BEGIN { print "awk" }' && id -un && grep -x /usr/bin/bash /etc/shells`)
+		for _, want := range []string{"git version 2.", "\n1\n", "GNU bash, version 5.", "\nTrue\n", "\n1\nawk\nroot\n/usr/bin/bash\n"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
