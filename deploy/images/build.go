@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,9 +98,12 @@ func build(ctx context.Context, spec Spec, o Options) (v1.Image, error) {
 	accounts(r)
 	r.dir("/tmp", 0o1777, 0)
 	r.dir("/root", 0o700, 0)
+	// The spec's user owns its state directories.
 	uid := 0
-	if spec.User != "" {
-		uid = nonroot
+	if u, _, _ := strings.Cut(spec.User, ":"); u != "" {
+		if uid, err = strconv.Atoi(u); err != nil {
+			return nil, fmt.Errorf("user %q: want a numeric uid: %w", spec.User, err)
+		}
 	}
 	for _, d := range spec.Dirs {
 		r.dir(d, 0o755, uid)
