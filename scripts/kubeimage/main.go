@@ -4,10 +4,14 @@
 //
 //   - the sandbox image: the static program in ./pause at /pause;
 //   - the agent image: a static bin/orchard-agent at /orchard-agent, which an
-//     init container copies into a pod's emptyDir with the image's
-//     /bin/cp (busybox: the agent has no mode that copies itself);
+//     init container installs into a pod's emptyDir with
+//     `/orchard-agent install PATH` (the image needs nothing else);
 //   - the shell image: Debian's busybox-static at /bin/busybox with a link
 //     per applet, so a pod's main container has sh, sleep, cat, ...
+//
+// These are the smallest images that prove the runtime on a node, built in
+// seconds; the images users deploy (Debian-based, with git, python3,
+// Chromium) come from deploy/images.
 //
 // Usage: go run ./scripts/kubeimage -out images.tar [-agent bin/orchard-agent]
 // [-busybox /bin/busybox] [-pause-image ref] [-agent-image ref] [-shell-image ref]
