@@ -168,6 +168,11 @@ sandbox: {defaultCPU: 500m, defaultMemory: 1Gi, defaultEphemeralStorage: 1Gi}
 			t.Errorf("test-deployment.sh: no %q in its output:\n%s", want, out)
 		}
 	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "==> ok: ") || strings.HasPrefix(line, "==> skipped: ") {
+			t.Logf("test-deployment.sh: %s", strings.TrimPrefix(line, "==> "))
+		}
+	}
 	if browser && !strings.Contains(out, "ok: browser step") {
 		t.Errorf("test-deployment.sh: no browser step in its output:\n%s", out)
 	}
