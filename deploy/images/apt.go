@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,13 +25,14 @@ import (
 
 // deb is one pinned Debian package and where to get it.
 type deb struct {
-	Name, Version string
-	URI           string
-	Filename      string // pool file name: the cache key
-	Size          int64
-	SHA256        string
-	Data          bool // files only (Spec.DataPackages)
-	Path          string
+	Name     string `json:"name"`
+	Version  string `json:"version"`
+	URI      string `json:"uri"`
+	Filename string `json:"filename"` // pool file name: the cache key
+	Size     int64  `json:"size"`
+	SHA256   string `json:"sha256"`
+	Data     bool   `json:"data,omitempty"` // files only (Spec.DataPackages)
+	Path     string `json:"-"`              // in the cache
 }
 
 // resolve pins the packages an image installs: the closure of seeds as
@@ -228,4 +231,52 @@ func download(ctx context.Context, d *deb) error {
 		return fmt.Errorf("GET %s: got %d bytes sha256 %s, want %d bytes sha256 %s", d.URI, n, got, d.Size, d.SHA256)
 	}
 	return os.Rename(tmp.Name(), d.Path)
+}
+
+// packages returns the debs of spec: from the lock file when one is given
+// and exists (and update is false), otherwise resolved by apt, then
+// written to the lock file if one is given.
+func packages(ctx context.Context, spec Spec, lock string, update bool) ([]deb, error) {
+	seeds := spec.seeds()
+	if len(seeds) == 0 && len(spec.DataPackages) == 0 {
+		return nil, nil
+	}
+	if lock != "" && !update {
+		b, err := os.ReadFile(lock)
+		if err == nil {
+			var debs []deb
+			if err := json.Unmarshal(b, &debs); err != nil {
+				return nil, fmt.Errorf("lock %s: %w", lock, err)
+			}
+			have := map[string]bool{}
+			for _, d := range debs {
+				have[d.Name] = true
+			}
+			// A lock that lacks a package the spec names is stale; the
+			// closure's other members cannot be checked without apt.
+			for _, n := range append(slices.Clone(seeds), spec.DataPackages...) {
+				if !have[n] {
+					return nil, fmt.Errorf("lock %s lacks %s: rebuild with --update-lock", lock, n)
+				}
+			}
+			return debs, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+	}
+	debs, err := resolve(ctx, seeds, spec.DataPackages)
+	if err != nil {
+		return nil, fmt.Errorf("resolve packages: %w", err)
+	}
+	if lock != "" {
+		b, err := json.MarshalIndent(debs, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(lock, append(b, '\n'), 0o644); err != nil {
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+	}
+	return debs, nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Options are the inputs of a build besides the spec.
@@ -31,6 +33,10 @@ type Options struct {
 	Work string
 	// Epoch is every file's mtime and the config's Created.
 	Epoch time.Time
+	// Lock is a file of pinned packages (JSON): read when it exists,
+	// written after resolving otherwise or with UpdateLock.
+	Lock       string
+	UpdateLock bool
 	// Revision and Version are the source's commit and `git describe`.
 	Revision, Version string
 	Log               *slog.Logger
@@ -42,12 +48,11 @@ const sourceURL = "https://github.com/orchard/orchard"
 // build assembles the image of spec: the packages' files, the replaced
 // maintainer-script work and the built binaries in one layer.
 func build(ctx context.Context, spec Spec, o Options) (v1.Image, error) {
-	var debs []deb
-	if seeds := spec.seeds(); len(seeds) > 0 || len(spec.DataPackages) > 0 {
-		var err error
-		if debs, err = resolve(ctx, seeds, spec.DataPackages); err != nil {
-			return nil, fmt.Errorf("resolve packages: %w", err)
-		}
+	debs, err := packages(ctx, spec, o.Lock, o.UpdateLock)
+	if err != nil {
+		return nil, err
+	}
+	if len(debs) > 0 {
 		o.Log.Info("resolved", "image", spec.Name, "packages", len(debs))
 		if err := fetch(ctx, o.Log, o.Cache, debs); err != nil {
 			return nil, err
@@ -85,14 +90,20 @@ func build(ctx context.Context, spec Spec, o Options) (v1.Image, error) {
 		return nil, err
 	}
 	alternatives(r, pkgs)
+	if err := shells(r); err != nil {
+		return nil, err
+	}
 	baseFiles(r)
 	tzdata(r)
 	accounts(r)
 	r.dir("/tmp", 0o1777, 0)
 	r.dir("/root", 0o700, 0)
+	// The spec's user owns its state directories.
 	uid := 0
-	if spec.User != "" {
-		uid = nonroot
+	if u, _, _ := strings.Cut(spec.User, ":"); u != "" {
+		if uid, err = strconv.Atoi(u); err != nil {
+			return nil, fmt.Errorf("user %q: want a numeric uid: %w", spec.User, err)
+		}
 	}
 	for _, d := range spec.Dirs {
 		r.dir(d, 0o755, uid)
@@ -135,12 +146,15 @@ func writeLayer(ctx context.Context, r *rootfs, o Options) (v1.Layer, error) {
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	return tarball.LayerFromFile(f.Name())
+	return tarball.LayerFromFile(f.Name(), tarball.WithMediaType(types.OCILayer))
 }
 
 // image wraps the layer with the config of spec.
 func image(spec Spec, o Options, pkgs []installed, layer v1.Layer) (v1.Image, error) {
-	img, err := mutate.Append(empty.Image, mutate.Addendum{
+	// OCI media types throughout: the layout is OCI's, and registries and
+	// containerd take them as they take Docker's.
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:   layer,
 		History: v1.History{Created: v1.Time{Time: o.Epoch}, CreatedBy: "deploy/images " + spec.Name, Comment: "one layer: packages and binaries"},
 	})

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -219,8 +221,8 @@ func TestShellImage(t *testing.T) {
 		c, id := sandbox(t, ctx, img)
 		out := execOK(t, ctx, c, id, `git --version && python3 -c 'print(1)' && bash --version | head -1 && `+
 			`python3 -c 'import ssl; print(len(ssl.create_default_context().get_ca_certs()) > 100)' && `+
-			`dpkg -s git | grep -c '^Status: install ok installed' && awk 'BEGIN { print "awk" }' && id -un`)
-		for _, want := range []string{"git version 2.", "\n1\n", "GNU bash, version 5.", "\nTrue\n", "\n1\nawk\nroot\n"} {
+			`dpkg -s git | grep -c '^Status: install ok installed' && awk 'BEGIN { print "awk" }' && id -un && grep -x /usr/bin/bash /etc/shells`)
+		for _, want := range []string{"git version 2.", "\n1\n", "GNU bash, version 5.", "\nTrue\n", "\n1\nawk\nroot\n/usr/bin/bash\n"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
@@ -279,5 +281,39 @@ command -v openbox x11vnc chromium`)
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A lock file pins what apt resolved: it is written on the first build,
+// read back as is on the next, and refused when the spec names a package
+// it lacks.
+func TestLock(t *testing.T) {
+	_, err := exec.LookPath("apt-get")
+	testenv.Require(t, "apt", err == nil, "apt-get not in PATH")
+	ctx := context.Background()
+	spec, err := lookup("orchard-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(t.TempDir(), "server.lock")
+	resolved, err := packages(ctx, spec, lock, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := packages(ctx, spec, lock, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(resolved, read) || len(read) == 0 {
+		t.Errorf("lock gave %+v, resolved %+v", read, resolved)
+	}
+	for _, d := range read {
+		if d.Data != (d.Name == "ca-certificates" || d.Name == "tzdata") || d.SHA256 == "" || d.Version == "" {
+			t.Errorf("locked %+v", d)
+		}
+	}
+	spec.Packages = append(spec.Packages, "git")
+	if _, err := packages(ctx, spec, lock, false); err == nil || !strings.Contains(err.Error(), "lacks git") {
+		t.Errorf("stale lock: %v", err)
 	}
 }

@@ -7,6 +7,7 @@
 //	  --out oci:DIR | docker-archive:FILE   (repeatable)
 //	  --push REGISTRY/REPO:TAG [--insecure]
 //	  --tag REPO:TAG                        (the archive's and layout's name)
+//	  --lock FILE [--update-lock]           (pinned packages, JSON)
 //
 // The root filesystem is made from Debian packages the way distroless and
 // apko make theirs, rather than with debootstrap or mmdebstrap: the host's
@@ -71,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	insecure := fs.Bool("insecure", false, "push over plain HTTP (implied for localhost and 127.0.0.1)")
 	tag := fs.String("tag", "", "name in the archive or layout (default orchard.local/NAME:latest)")
 	cache := fs.String("cache", "", "directory of downloaded .debs (default ~/.cache/orchard/images/debs)")
+	lock := fs.String("lock", "", "JSON file of pinned packages: built from when it exists, written otherwise")
+	updateLock := fs.Bool("update-lock", false, "resolve the packages afresh and rewrite --lock")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer os.RemoveAll(o.Work)
+	o.Lock, o.UpdateLock = *lock, *updateLock
 	if *tag == "" {
 		*tag = "orchard.local/" + spec.Name + ":latest"
 	}

@@ -180,7 +180,7 @@ func (r *rootfs) read(p string) ([]byte, error) {
 			if !path.IsAbs(t) {
 				t = path.Join(path.Dir(p), t)
 			}
-			p = r.resolveDirs(clean(t))
+			p = usrMerge(clean(t)) // through the merged-/usr links
 		case tar.TypeLink:
 			p = e.hdr.Linkname
 		default:
@@ -189,9 +189,6 @@ func (r *rootfs) read(p string) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("%s: too many links", p)
 }
-
-// resolveDirs follows the merged-/usr links in a path's first component.
-func (r *rootfs) resolveDirs(p string) string { return usrMerge(p) }
 
 // exists reports whether p is in the tree (links not followed).
 func (r *rootfs) exists(p string) bool {

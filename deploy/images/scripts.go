@@ -258,3 +258,46 @@ func accounts(r *rootfs) {
 	r.file("/etc/group", 0o644, 0, group)
 	r.dir("/home/nonroot", 0o700, nonroot)
 }
+
+// shells stands in for update-shells (debianutils' and bash's, dash's
+// postinsts): /etc/shells lists the shells of /usr/share/debianutils and
+// its shells.d, each also under /usr, as on a merged-/usr system.
+func shells(r *rootfs) error {
+	base, err := r.read("/usr/share/debianutils/shells")
+	if err != nil {
+		return nil // no debianutils: no shells to list
+	}
+	var d []string
+	for p := range r.entries {
+		if strings.HasPrefix(p, "usr/share/debianutils/shells.d/") {
+			d = append(d, p)
+		}
+	}
+	sort.Strings(d)
+	lines := strings.Split(string(base), "\n")
+	for _, p := range d {
+		b, err := r.read(p)
+		if err != nil {
+			return fmt.Errorf("shells: %w", err)
+		}
+		lines = append(lines, strings.Split(string(b), "\n")...)
+	}
+	out := []string{"# /etc/shells: valid login shells"}
+	seen := map[string]bool{}
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		for _, s := range []string{l, "/usr" + l} {
+			if s == l || strings.HasPrefix(l, "/bin/") || strings.HasPrefix(l, "/sbin/") {
+				if !seen[s] {
+					seen[s] = true
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	r.file("/etc/shells", 0o644, 0, []byte(strings.Join(out, "\n")+"\n"))
+	return nil
+}
