@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,9 +47,10 @@ const EnvDeployBrowser = "ORCHARD_TEST_DEPLOY_BROWSER"
 // The cluster has no kube-proxy, so the kubernetes Service routes nowhere
 // and the API server listens on loopback only: the server runs with
 // server.hostNetwork and KUBERNETES_SERVICE_HOST/PORT naming that
-// loopback address (its serving certificate covers 127.0.0.1). The
-// in-chart Redis is off (its image would come from Docker Hub): one
-// replica on the memory store.
+// loopback address (its serving certificate covers 127.0.0.1). The store
+// is a redis-server on loopback, which the server reaches through the
+// node's network too (the in-chart Redis's image would come from Docker
+// Hub); one replica, since replicas on the host network share one node.
 func TestDeployOnKubeNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and pushes three images: minutes")
@@ -102,6 +104,20 @@ func TestDeployOnKubeNode(t *testing.T) {
 		}
 	})
 
+	// The store is an external Redis with a password, the production
+	// shape: deploy-orchard.sh keeps the password in a Secret of its own,
+	// which the uninstall must remove too.
+	redisServer := testenv.StartRedis(t)
+	redisPassword := fmt.Sprintf("pw-%08x", rand.Uint32())
+	rdb := redis.NewClient(&redis.Options{Addr: redisServer.Addr()})
+	if err := rdb.ConfigSet(context.Background(), "requirepass", redisPassword).Err(); err != nil {
+		t.Fatalf("redis: set a password: %v", err)
+	}
+	rdb.Close()
+	rdb = redis.NewClient(&redis.Options{Addr: redisServer.Addr(), Password: redisPassword})
+	t.Cleanup(func() { rdb.Close() })
+	env = append(env, "REDIS_URL="+redisServer.URL(), "REDIS_PASSWORD="+redisPassword)
+
 	images := []string{"orchard-server", "orchard-agent", "orchard-shell"}
 	browser := os.Getenv(EnvDeployBrowser) == "1"
 	if browser {
@@ -139,7 +155,6 @@ func TestDeployOnKubeNode(t *testing.T) {
 		browserValue = "orchard-browser"
 	}
 	writeFile(t, values, fmt.Sprintf(`replicaCount: 1
-redis: {enabled: false}
 tests: {enabled: false}
 image: {browser: %s, desktop: ""}
 server:
@@ -177,6 +192,11 @@ sandbox: {defaultCPU: 500m, defaultMemory: 1Gi, defaultEphemeralStorage: 1Gi}
 		t.Errorf("test-deployment.sh: no browser step in its output:\n%s", out)
 	}
 	t.Logf("test-deployment.sh: passed in %s", time.Since(start).Round(time.Second))
+	stored, err := rdb.Keys(ctx, "orchard:*").Result()
+	if err != nil || len(stored) == 0 {
+		t.Errorf("redis: %d keys of the server, %v; want its records", len(stored), err)
+	}
+	t.Logf("redis: %d keys of the server", len(stored))
 
 	// 4. A shell sandbox of orchard-shell through the deployed server.
 	secret, err := cs.CoreV1().Secrets(ns).Get(ctx, rel+"-api-keys", metav1.GetOptions{})

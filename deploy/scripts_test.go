@@ -108,6 +108,7 @@ func TestScriptsDryRun(t *testing.T) {
 		{"uninstall", "deploy/aks/deploy-orchard.sh", []string{"HELM=helm", "SANDBOX_NAMESPACE=sb"}, []string{"--uninstall"},
 			[]string{
 				"+ helm uninstall orchard --namespace orchard",
+				"+ kubectl delete secret orchard-redis-auth --namespace orchard --ignore-not-found",
 				"+ kubectl delete pods,networkpolicies,secrets --namespace sb --selector app.kubernetes.io/managed-by=orchard",
 				"+ kubectl get pods --namespace sb --selector app.kubernetes.io/managed-by=orchard",
 			}, nil},
