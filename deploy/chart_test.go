@@ -228,6 +228,9 @@ func TestChartRenders(t *testing.T) {
 			if *d.Spec.Replicas != 2 {
 				t.Errorf("replicas %d, want 2 with the in-chart Redis", *d.Spec.Replicas)
 			}
+			if spec := d.Spec.Template.Spec; spec.HostNetwork || spec.DNSPolicy != "" {
+				t.Errorf("hostNetwork %v, dnsPolicy %q by default", spec.HostNetwork, spec.DNSPolicy)
+			}
 			c := d.Spec.Template.Spec.Containers[0]
 			e := env(c)
 			for name, want := range map[string]string{
@@ -332,6 +335,23 @@ func TestChartRenders(t *testing.T) {
 			checkPolicies(t, docs, "sandbox-pods")
 			checkRole(t, docs, "sandbox-pods")
 		}},
+		{"host network", []string{"--set", "server.hostNetwork=true,server.port=18555,server.extraEnv[0].name=KUBERNETES_SERVICE_HOST,server.extraEnv[0].value=127.0.0.1"},
+			func(t *testing.T, docs []doc) {
+				d := find[*appsv1.Deployment](t, docs, "Deployment", "orchard")
+				spec := d.Spec.Template.Spec
+				if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+					t.Errorf("hostNetwork %v, dnsPolicy %q; want true, ClusterFirstWithHostNet", spec.HostNetwork, spec.DNSPolicy)
+				}
+				c := spec.Containers[0]
+				if e := env(c); e["ORCHARD_ADDR"].Value != "0.0.0.0:18555" || e["KUBERNETES_SERVICE_HOST"].Value != "127.0.0.1" {
+					t.Errorf("ORCHARD_ADDR %q, KUBERNETES_SERVICE_HOST %q", e["ORCHARD_ADDR"].Value, e["KUBERNETES_SERVICE_HOST"].Value)
+				}
+				// The kubelet sets KUBERNETES_SERVICE_HOST too: the
+				// container's own entry, last, is the one that holds.
+				if last := c.Env[len(c.Env)-1]; last.Name != "KUBERNETES_SERVICE_HOST" {
+					t.Errorf("last env %s, want extraEnv's", last.Name)
+				}
+			}},
 		{"memory store, no extras", []string{"--set", "redis.enabled=false,rbac.nodes=false,networkPolicy.enabled=false,sandboxNamespace.create=false,auth.required=false,tests.enabled=false"},
 			func(t *testing.T, docs []doc) {
 				d := find[*appsv1.Deployment](t, docs, "Deployment", "orchard")
@@ -391,6 +411,10 @@ func checkServerPod(t *testing.T, d *appsv1.Deployment) {
 	}
 	if _, ok := env(c)["KUBECONFIG"]; ok {
 		t.Error("KUBECONFIG set: the server must use its pod's service account")
+	}
+	// Whatever the image's entrypoint (deploy/images': `orchard serve`).
+	if !slices.Equal(c.Command, []string{"orchard"}) || !slices.Equal(c.Args, []string{"serve"}) {
+		t.Errorf("server command %q args %q, want [orchard] [serve]", c.Command, c.Args)
 	}
 }
 

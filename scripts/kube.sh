@@ -408,12 +408,17 @@ start_etcd() {
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 }
 
-# The ServiceAccount admission plugin is off: without kube-controller-manager
-# (the kwok cluster) no namespace has a `default` ServiceAccount and every
-# pod would be refused. It is off with a real node too, so that pods are
-# admitted the same way in both shapes (they get no token volume).
+# The ServiceAccount admission plugin is off without a real node: without
+# kube-controller-manager (the kwok cluster) no namespace has a `default`
+# ServiceAccount and every pod would be refused. With --node the
+# controller-manager makes them and publishes kube-root-ca.crt, and the
+# plugin is on, so that a pod gets its token as on any cluster: Orchard's
+# server deployed by its chart talks to the API server with it (sandbox
+# pods mount none). A cluster started without --node keeps its API server
+# as it started when `up --node` adds the node.
 start_apiserver() {
-  local d=$STATE/pki
+  local d=$STATE/pki admission=(--disable-admission-plugins ServiceAccount)
+  [ -f "$STATE/node" ] && admission=()
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --bind-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
@@ -424,7 +429,7 @@ start_apiserver() {
     --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --authorization-mode Node,RBAC --allow-privileged=true \
-    --disable-admission-plugins ServiceAccount \
+    ${admission[@]+"${admission[@]}"} \
     --kubelet-client-certificate "$d/admin.crt" --kubelet-client-key "$d/admin.key" \
     --kubelet-preferred-address-types InternalIP,Hostname \
     --cert-dir "$STATE/pki/generated"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds Orchard's images and pushes them to a registry, one per call of
-# the image builder (go run ./deploy/images NAME --push REF): no Docker
+# the image builder (go run ./deploy/images --push REF NAME): no Docker
 # needed. Works with any registry; with ACR_NAME it logs in to that Azure
 # Container Registry first.
 set -euo pipefail
@@ -72,8 +72,11 @@ cd "$ROOT"
 for name in "${images[@]}"; do
   ref=$REGISTRY/$name:$TAG
   say "building and pushing $ref"
-  cmd=(go run ./deploy/images "$name" --push "$ref")
+  # Flags before the name: the builder's flag parsing stops at the first
+  # argument that is not one.
+  cmd=(go run ./deploy/images --push "$ref")
   [ "$INSECURE" = 1 ] && cmd+=(--insecure)
+  cmd+=("$name")
   if [ "$DRY_RUN" = 1 ]; then
     show "${cmd[@]}" >&3
     continue

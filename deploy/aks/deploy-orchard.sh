@@ -61,6 +61,9 @@ HELM_BIN=$(helm_bin)
 if [ "$UNINSTALL" = 1 ]; then
   say "uninstalling release $RELEASE from $NAMESPACE"
   run "$HELM_BIN" uninstall "$RELEASE" --namespace "$NAMESPACE" --ignore-not-found --wait --timeout "$TIMEOUT"
+  # The Redis password's Secret is this script's, not the release's:
+  # helm leaves it.
+  run kubectl delete secret "$RELEASE-redis-auth" --namespace "$NAMESPACE" --ignore-not-found
   # The server leaves its pods when it stops (a restarted one adopts
   # them): with the server gone, remove them, their egress policies and
   # the agents' token key.
