@@ -175,6 +175,16 @@ func keys(docs []doc) []string {
 	return out
 }
 
+// wantEnv checks the plain values of e against want.
+func wantEnv(t *testing.T, e map[string]corev1.EnvVar, want map[string]string) {
+	t.Helper()
+	for name, v := range want {
+		if got := e[name].Value; got != v {
+			t.Errorf("env %s = %q, want %q", name, got, v)
+		}
+	}
+}
+
 func env(c corev1.Container) map[string]corev1.EnvVar {
 	out := map[string]corev1.EnvVar{}
 	for _, e := range c.Env {
@@ -233,7 +243,7 @@ func TestChartRenders(t *testing.T) {
 			}
 			c := d.Spec.Template.Spec.Containers[0]
 			e := env(c)
-			for name, want := range map[string]string{
+			wantEnv(t, e, map[string]string{
 				"ORCHARD_ADDR":               "0.0.0.0:8000",
 				"ORCHARD_RUNTIME":            "kube",
 				"ORCHARD_STORE":              "redis",
@@ -244,11 +254,7 @@ func TestChartRenders(t *testing.T) {
 				"ORCHARD_KUBE_BROWSER_IMAGE": "registry.example.com/orchard/orchard-browser:0.1.0",
 				"ORCHARD_KUBE_DESKTOP_IMAGE": "registry.example.com/orchard/orchard-desktop:0.1.0",
 				"REQUIRE_API_KEY":            "true",
-			} {
-				if got := e[name].Value; got != want {
-					t.Errorf("env %s = %q, want %q", name, got, want)
-				}
-			}
+			})
 			if ref := e["API_KEYS"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "orchard-api-keys" || ref.SecretKeyRef.Key != "API_KEYS" {
 				t.Errorf("API_KEYS from %+v, want Secret orchard-api-keys key API_KEYS", ref)
 			}
@@ -285,7 +291,7 @@ func TestChartRenders(t *testing.T) {
 				t.Errorf("replicas %d, want 3", *d.Spec.Replicas)
 			}
 			e := env(d.Spec.Template.Spec.Containers[0])
-			for name, want := range map[string]string{
+			wantEnv(t, e, map[string]string{
 				"REDIS_URL":                  "rediss://cache.redis.cache.windows.net:6380/0",
 				"REDIS_CA_CERT":              "/etc/orchard/redis-ca/ca.crt",
 				"ORCHARD_KUBE_NODE_SELECTOR": "kubernetes.azure.com/mode=user,workload=sandbox",
@@ -293,11 +299,7 @@ func TestChartRenders(t *testing.T) {
 				"ORCHARD_KUBE_PULL_SECRETS":  "acr-pull",
 				"ORCHARD_KUBE_AGENT_IMAGE":   "myacr.azurecr.io/orchard/orchard-agent:v1.2.3",
 				"DEFAULT_TIMEOUT_SECONDS":    "600",
-			} {
-				if got := e[name].Value; got != want {
-					t.Errorf("env %s = %q, want %q", name, got, want)
-				}
-			}
+			})
 			if ref := e["REDIS_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "redis-auth" || ref.SecretKeyRef.Key != "redis-password" {
 				t.Errorf("REDIS_PASSWORD from %+v, want Secret redis-auth", ref)
 			}

@@ -65,23 +65,17 @@ func TestPauseResume(t *testing.T) {
 	if w := call(t, srv, "GET", "/sandboxes/"+id+"/wait?timeout=5", nil); w.status != 200 || w.body["status"] != "paused" {
 		t.Fatalf("wait on a paused sandbox: %d %s", w.status, w.raw)
 	}
-	for _, c := range []struct{ method, path string }{
-		{"POST", "/sandboxes/" + id + "/exec"},
-		{"GET", "/sandboxes/" + id + "/files?path=/tmp/count"},
-		{"POST", "/sandboxes/" + id + "/files"},
-		{"GET", "/sandboxes/" + id + "/files/list?path=/tmp"},
-		{"POST", "/sandboxes/" + id + "/apply_patch"},
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/sandboxes/" + id + "/exec", map[string]any{"command": "true", "wait": true}},
+		{"GET", "/sandboxes/" + id + "/files?path=/tmp/count", nil},
+		{"POST", "/sandboxes/" + id + "/files", map[string]any{"path": "/tmp/x", "content": "eA=="}},
+		{"GET", "/sandboxes/" + id + "/files/list?path=/tmp", nil},
+		{"POST", "/sandboxes/" + id + "/apply_patch", map[string]any{"patch": "--- a/x\n+++ b/x\n"}},
 	} {
-		var body any
-		switch c.path[len(c.path)-4:] {
-		case "exec":
-			body = map[string]any{"command": "true", "wait": true}
-		case "iles":
-			body = map[string]any{"path": "/tmp/x", "content": "eA=="}
-		case "atch":
-			body = map[string]any{"patch": "--- a/x\n+++ b/x\n"}
-		}
-		wantCode(t, call(t, srv, c.method, c.path, body), 409, faults.CodeSandboxPaused)
+		wantCode(t, call(t, srv, c.method, c.path, c.body), 409, faults.CodeSandboxPaused)
 	}
 	time.Sleep(time.Second) // ~50 counts, were it running
 

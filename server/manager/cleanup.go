@@ -93,7 +93,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 			why = "ttl expired"
 		case !r.Ready && age > api.Seconds(r.CreationTimeout)+m.cfg.PendingTimeoutBuffer:
 			why = "pending timeout"
-		case m.cfg.HeartbeatCleanupEnabled && r.Status == api.StatusReady && r.LastHeartbeat != nil &&
+		case m.cfg.HeartbeatCleanupEnabled && r.Ready && r.Status != api.StatusPaused && r.LastHeartbeat != nil &&
 			now.Sub(unixTime(*r.LastHeartbeat)) > m.cfg.HeartbeatTimeout:
 			why = "heartbeat timeout"
 		}
