@@ -121,6 +121,10 @@ case "$cmd" in
     # The chart's tests render it with helm, built once from the Go
     # module proxy into ~/.cache/orchard/helm (a few minutes the first time).
     deploy/helm.sh >/dev/null
+    # The image builder's tests resolve Debian packages through the host's
+    # apt lists and download them: lists that are missing, or old enough
+    # that the mirror dropped their versions, would fail them.
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq; fi
     export ORCHARD_AGENT="$PWD/bin/orchard-agent"
     go vet -tags seccomp ./...
     unformatted=$(gofmt -l . | grep -v '^agentbin/' || true)
