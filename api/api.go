@@ -62,6 +62,10 @@ type CreateSandboxRequest struct {
 	// Faults is a fault plan ({"faults": [...]}) injected into the
 	// sandbox, for testing the layers that attribute failures.
 	Faults *faults.Plan `json:"faults,omitempty"`
+	// Snapshot starts the sandbox from a snapshot (POST
+	// /sandboxes/{id}/snapshots): its files, and a browser sandbox's
+	// browser state. The image and kind are the snapshot's.
+	Snapshot *string `json:"snapshot,omitempty" doc:"snapshot id to start from; image and kind then default to the snapshot's and may not differ"`
 }
 
 // Egress is the `egress` object of a create request.
@@ -113,6 +117,10 @@ type Sandbox struct {
 	Fault *FaultInfo `json:"fault,omitempty"`
 	// EphemeralStorage is the sandbox's limit on what it writes.
 	EphemeralStorage string `json:"ephemeral_storage,omitempty"`
+	// Snapshot is the snapshot the sandbox started from; ForkOf the
+	// sandbox it was forked from.
+	Snapshot string `json:"snapshot,omitempty"`
+	ForkOf   string `json:"fork_of,omitempty"`
 }
 
 // SandboxList is the body of GET /sandboxes.

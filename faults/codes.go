@@ -22,6 +22,13 @@ const (
 	// CodeSandboxPaused: the sandbox is paused (POST /sandboxes/{id}/pause);
 	// its processes, the agent among them, answer nothing until resumed.
 	CodeSandboxPaused = "sandbox.paused"
+	// CodeSnapshotNotFound: no snapshot has that id (never taken, deleted).
+	CodeSnapshotNotFound = "snapshot.not_found"
+	// CodeSnapshotTooLarge: the sandbox wrote more than a snapshot may keep.
+	CodeSnapshotTooLarge = "snapshot.too_large"
+	// CodeSnapshotUnavailable: this sandbox cannot be snapshotted or forked
+	// (the runtime cannot, or the sandbox's writable layer is out of reach).
+	CodeSnapshotUnavailable = "snapshot.unavailable"
 
 	// Sandbox lifetime and agent.
 	CodeAgentNotReady    = "sandbox.agent_not_ready"

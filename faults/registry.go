@@ -47,6 +47,9 @@ var registry = []CodeInfo{
 	{CodeSandboxExists, Conflict, Client, false, false, "A sandbox with that id already exists."},
 	{CodeSandboxNotReady, Conflict, Client, false, false, "The sandbox has not finished starting; wait for it before using it."},
 	{CodeSandboxPaused, Conflict, Client, false, false, "The sandbox is paused: its processes are stopped in place. Resume it (POST /sandboxes/{id}/resume) before exec, files or actions."},
+	{CodeSnapshotNotFound, NotFound, Client, false, false, "No snapshot has that id: it was never taken or was deleted."},
+	{CodeSnapshotTooLarge, TooLarge, Client, false, false, "The sandbox's filesystem changes exceed the snapshot size cap (ORCHARD_SNAPSHOT_MAX_BYTES); remove files or raise the cap."},
+	{CodeSnapshotUnavailable, NotImplemented, Client, false, false, "This sandbox cannot be snapshotted or forked: the runtime has no snapshots (Kubernetes), or the sandbox was started by an earlier server process."},
 	{CodeSandboxGone, Canceled, Client, false, false, "The sandbox was deleted while work on it was starting or running."},
 
 	// Sandbox lifetime and agent.

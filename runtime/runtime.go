@@ -44,6 +44,10 @@ type Spec struct {
 	NetworkMode string `json:",omitempty"`
 	// Faults is a fault plan (JSON) for the agent to inject.
 	Faults []byte `json:",omitempty"`
+	// Layers are saved layers (Snapshotter.SaveLayer) the sandbox's root
+	// starts from, top first, stacked over its image: the filesystem a
+	// snapshot kept. Empty: the image alone.
+	Layers []string `json:",omitempty"`
 }
 
 // Network modes of Spec.NetworkMode.
@@ -102,6 +106,44 @@ type ImageChecker interface {
 type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+}
+
+// Snapshotter is an optional ability: keep a sandbox's filesystem changes
+// (its writable layer) as a read-only layer that later sandboxes start
+// from (Spec.Layers), shared by all of them rather than copied to each.
+// A layer lives until it is released and nothing uses it: no sandbox
+// starts from it and no other layer lies on it.
+type Snapshotter interface {
+	// SaveLayer copies the writable layer of sandbox id into a new layer
+	// called name, its processes frozen meanwhile so the copy is of one
+	// moment; meta is kept with the layer as it is. A writable layer of
+	// more than maxBytes (> 0) fails with snapshot.too_large and leaves
+	// nothing.
+	SaveLayer(ctx context.Context, id, name string, meta []byte, maxBytes int64) (Layer, error)
+	// Layers lists every layer, released ones included.
+	Layers(ctx context.Context) ([]Layer, error)
+	// ReleaseLayer marks the layer as no longer wanted: PruneLayers removes
+	// it once nothing uses it. Releasing a released or missing layer does
+	// nothing.
+	ReleaseLayer(ctx context.Context, name string) error
+	// PruneLayers removes the released layers nothing uses, and returns
+	// their names.
+	PruneLayers(ctx context.Context) ([]string, error)
+}
+
+// Layer is a saved layer.
+type Layer struct {
+	Name      string
+	CreatedAt time.Time
+	// Bytes is the space its files take.
+	Bytes int64
+	// Source is the sandbox it was saved from.
+	Source string
+	// Parents are the layers below it, top first: those its source
+	// sandbox started from. A sandbox starts from [Name] + Parents.
+	Parents  []string
+	Meta     []byte
+	Released bool
 }
 
 // MinEphemeralStorageBytes is the smallest writable layer every backend

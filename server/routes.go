@@ -118,7 +118,7 @@ func (s *Server) sandboxJSON(r store.Sandbox) api.Sandbox {
 		BlockNetwork: r.BlockNetwork, CPU: r.CPU, Memory: r.Memory, CreatedAt: r.CreatedAt,
 		Ready: r.Ready, Status: r.Status, StatusMessage: r.StatusMessage, Kind: r.Kind,
 		Labels: r.Labels, LastHeartbeat: r.LastHeartbeat, ExpiresAt: &exp, Fault: r.Fault,
-		EphemeralStorage: r.EphemeralStorage,
+		EphemeralStorage: r.EphemeralStorage, Snapshot: r.Snapshot, ForkOf: r.ForkOf,
 	}
 }
 
@@ -149,7 +149,9 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	// whatever text the body holds (a label or id named "image").
 	var top map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &top)
+	_, fromSnapshot := top["snapshot"]
 	switch img, ok := top["image"]; {
+	case !ok && fromSnapshot: // the snapshot's image
 	case !ok:
 		return faults.Validation(missingField("body", "image", jsonInput(raw)))
 	case string(img) == "null":
@@ -266,6 +268,9 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 	}
 	if req.TTLSeconds != nil {
 		p.TTLSeconds = *req.TTLSeconds
+	}
+	if req.Snapshot != nil {
+		p.Snapshot = *req.Snapshot
 	}
 	return nil
 }

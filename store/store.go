@@ -37,6 +37,10 @@ type Sandbox struct {
 	Fault *api.FaultInfo `json:"fault,omitempty"`
 	// EphemeralStorage is the limit on what the sandbox writes, a quantity.
 	EphemeralStorage string `json:"ephemeral_storage,omitempty"`
+	// Snapshot is the snapshot the sandbox started from; ForkOf the
+	// sandbox it was forked from.
+	Snapshot string `json:"snapshot,omitempty"`
+	ForkOf   string `json:"fork_of,omitempty"`
 }
 
 // Clone returns a deep copy.

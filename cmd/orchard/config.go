@@ -203,6 +203,11 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	}
 	quantity("ORCHARD_MAX_CPU", func(v string) (err error) { m.MaxCPU, err = manager.ParseCPU(v); return err })
 	quantity("ORCHARD_MAX_MEMORY", func(v string) (err error) { m.MaxMemory, err = manager.ParseMemory(v); return err })
+	quantity("ORCHARD_SNAPSHOT_MAX_BYTES", func(v string) (err error) {
+		m.SnapshotMaxBytes, err = manager.ParseEphemeralStorage(v)
+		return err
+	})
+	num("ORCHARD_FORK_MAX", func(f float64) { m.ForkMax = int(f) })
 	secs("SANDBOX_TTL_HOURS", &m.SandboxTTL, time.Hour)
 	secs("ORPHAN_JOB_TTL_HOURS", &m.OrphanJobTTL, time.Hour)
 	secs("CLEANUP_INTERVAL_SECONDS", &m.CleanupInterval, time.Second)

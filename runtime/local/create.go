@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,7 +91,21 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	}
 
 	workdir := workspace
-	if img.host {
+	var stacked []string
+	if len(spec.Layers) > 0 {
+		// Held until the root is mounted: no layer it stacks is pruned
+		// meanwhile. The sandbox's record, written above, names them from
+		// then on.
+		unlock, err := l.layers.lock(unix.LOCK_SH)
+		if err != nil {
+			return runtime.Instance{}, createFailed(id, "lock layers", err)
+		}
+		defer unlock()
+		if stacked, err = l.stackLayers(spec.Layers); err != nil {
+			return runtime.Instance{}, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+	}
+	if img.host && len(stacked) == 0 {
 		// An opaque /workspace: empty and writable even if the host has one.
 		if err := os.Mkdir(filepath.Join(upper, workspace), 0o755); err != nil {
 			return runtime.Instance{}, createFailed(id, "make workspace", err)
@@ -105,6 +120,9 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	if img.host && l.masks != nil {
 		lowers = append([]string{fdPath(l.masks)}, lowers...)
 	}
+	// A saved layer's /workspace is opaque already, when the sandbox it
+	// came from was a "host" one: it hides the host's.
+	lowers = append(slices.Clone(stacked), lowers...)
 	if err := mountOverlay(rootfs, lowers, upper, work); err != nil {
 		return runtime.Instance{}, createFailed(id, "mount root overlay", err)
 	}
@@ -207,6 +225,15 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 		}
 		return runtime.Instance{}, createFailed(id, "agent not healthy", err)
 	}
+
+	// Held for SaveLayer, before the server's mount goes (below).
+	root, err := os.OpenFile(fsDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return runtime.Instance{}, createFailed(id, "hold sandbox filesystem", err)
+	}
+	s.mu.Lock()
+	s.fsRoot = root
+	s.mu.Unlock()
 
 	// The container holds its own copy of its mounts now. Detaching the
 	// server's copy keeps the server's mount namespace from growing with

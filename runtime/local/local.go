@@ -210,6 +210,9 @@ type Local struct {
 	// only what an earlier process left there (disk.go).
 	disks  *disks
 	onDisk bool
+	// layers keeps saved layers (snapshots); nil when this host cannot
+	// make their filesystem (layers.go).
+	layers *layers
 	// fullNet gives full-network sandboxes their veths and host rules.
 	fullNet *fullNet
 	// masks is the detached mount that hides hostMasks, stacked over the
@@ -308,9 +311,13 @@ func New(cfg Config) (*Local, error) {
 	if l.disks, err = newDisks(filepath.Join(cfg.StateDir, "disks"), l.log); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
+	loopErr := l.disks.usable()
+	if loopErr == nil {
+		l.layers = newLayers(cfg.StateDir, l.disks.mkfs)
+	}
 	if !cfg.WritableInMemory {
-		if err := l.disks.usable(); err != nil {
-			l.log.Warn("sandboxes' writable layers are kept in memory, counted against their memory limits", "err", err)
+		if loopErr != nil {
+			l.log.Warn("sandboxes' writable layers are kept in memory, counted against their memory limits", "err", loopErr)
 		} else {
 			l.onDisk = true
 		}
@@ -378,6 +385,21 @@ type sandbox struct {
 	// opened on first use: OOMKills runs around every exec, and re-reading
 	// an open file costs one pread where opening it costs four syscalls.
 	oomFile *os.File
+	// fsRoot is the root of the sandbox's own filesystem (its writable
+	// layer's upper and work dirs), held open by this process only: the
+	// server's mount of it is detached once the sandbox starts, and this
+	// is how SaveLayer still reaches it. Nil for sandboxes this process
+	// did not create.
+	fsRoot *os.File
+}
+
+// closeFSRoot drops the hold on the sandbox's filesystem. The caller
+// holds s.mu.
+func (s *sandbox) closeFSRoot() {
+	if s.fsRoot != nil {
+		_ = s.fsRoot.Close()
+		s.fsRoot = nil
+	}
 }
 
 // closeOOMFile drops the cached OOM count file. The caller holds s.mu.
@@ -684,12 +706,16 @@ func (l *Local) Close() error {
 		s.mu.Lock()
 		w := s.watch
 		s.closeOOMFile()
+		s.closeFSRoot()
 		s.mu.Unlock()
 		if w != nil {
 			w.stop()
 		}
 	}
 	l.watchers.Wait()
+	if l.layers != nil {
+		l.layers.release(func() bool { return len(l.stackedLayers()) > 0 })
+	}
 	// A create still starting now fails, as any create racing Close.
 	l.closeFiles()
 	l.run.close()

@@ -29,6 +29,8 @@ func (l *Local) teardown(ctx context.Context, s *sandbox) error {
 	defer cancel()
 	s.mu.Lock()
 	c, w := s.container, s.watch
+	// Its filesystem goes with its mount namespace: this hold would keep it.
+	s.closeFSRoot()
 	s.mu.Unlock()
 	if c == nil {
 		loaded, err := libcontainer.Load(l.ctrRoot, s.id)

@@ -112,6 +112,11 @@ type Config struct {
 	// ReplicaID names this server process among replicas sharing a store
 	// (leader election); default host-pid-random.
 	ReplicaID string
+	// SnapshotMaxBytes caps the filesystem changes one snapshot (or fork)
+	// copies (ORCHARD_SNAPSHOT_MAX_BYTES); default 10 GiB.
+	SnapshotMaxBytes int64
+	// ForkMax caps the branches of one fork (ORCHARD_FORK_MAX); default 32.
+	ForkMax int
 }
 
 func (c *Config) setDefaults() {
@@ -150,6 +155,12 @@ func (c *Config) setDefaults() {
 	if c.MaxOutputBytes == 0 {
 		c.MaxOutputBytes = 64 << 20
 	}
+	if c.SnapshotMaxBytes == 0 {
+		c.SnapshotMaxBytes = defaultSnapshotMaxBytes
+	}
+	if c.ForkMax == 0 {
+		c.ForkMax = defaultForkMax
+	}
 	if c.ReplicaID == "" {
 		host, _ := os.Hostname()
 		c.ReplicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
@@ -175,6 +186,7 @@ type Manager struct {
 	deleting map[string]chan struct{}
 	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
 	pauses   keyedMutex                                    // serialises Pause and Resume per sandbox
+	pruneMu  sync.Mutex                                    // one layer prune at a time
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
@@ -250,6 +262,14 @@ type CreateParams struct {
 	// EphemeralStorage caps what the sandbox writes (a quantity); empty:
 	// the default.
 	EphemeralStorage string
+	// Snapshot is the snapshot the sandbox starts from; empty: none.
+	Snapshot string
+
+	// Set by fromSnapshot and Fork: the layers the sandbox stacks, the
+	// browser state it is restored to, and the sandbox it branches off.
+	layers       []string
+	browserState []byte
+	forkOf       string
 }
 
 // maxOOMFaultMemory bounds the limit an injected oom fault fills: filling
@@ -258,6 +278,11 @@ const maxOOMFaultMemory = 1 << 30
 
 // Create stores a pending record and starts the sandbox in the background.
 func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, error) {
+	if p.Snapshot != "" {
+		if err := m.fromSnapshot(ctx, &p); err != nil {
+			return store.Sandbox{}, err
+		}
+	}
 	if p.Kind == "" {
 		p.Kind = api.KindShell
 	}
@@ -326,6 +351,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		ID: p.ID, Namespace: m.cfg.Namespace, Kind: p.Kind, Image: p.Image, BlockNetwork: p.BlockNetwork,
 		CPU: p.CPU, Memory: p.Memory, EphemeralStorage: p.EphemeralStorage, CreatedAt: m.unix(), Status: api.StatusPending,
 		CreationTimeout: p.Timeout, TTLSeconds: p.TTLSeconds, Labels: p.Labels, Env: p.Env,
+		Snapshot: p.Snapshot, ForkOf: p.forkOf,
 	}
 	ids := idRetry
 	ids.Retryable = func(err error) bool { return generated && faults.Is(err, faults.CodeSandboxExists) }
@@ -345,13 +371,13 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
 		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, EphemeralStorageQuantity: p.EphemeralStorage,
 		TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
-		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode,
+		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode, Layers: p.layers,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
 	cctx, stop := context.WithTimeoutCause(pctx, api.Seconds(p.Timeout),
 		faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox, "sandbox did not start within %ds", p.Timeout))
 	cancelAll := func(cause error) { cancel(cause); stop() }
-	c := &creation{cancel: cancelAll}
+	c := &creation{cancel: cancelAll, browserState: p.browserState}
 	m.mu.Lock()
 	m.creating[rec.ID] = c
 	m.mu.Unlock()
@@ -361,7 +387,11 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 }
 
 // creation is a create in progress.
-type creation struct{ cancel context.CancelCauseFunc }
+type creation struct {
+	cancel context.CancelCauseFunc
+	// browserState is restored into the sandbox before it is ready.
+	browserState []byte
+}
 
 // start runs the runtime create and records its outcome.
 func (m *Manager) start(ctx context.Context, c *creation, spec runtime.Spec) {
@@ -376,6 +406,13 @@ func (m *Manager) start(ctx context.Context, c *creation, spec runtime.Spec) {
 	}()
 	log := m.log.With("sandbox_id", spec.ID)
 	inst, err := m.createWithRetry(ctx, spec)
+	if err == nil {
+		if err = m.restore(ctx, inst.AgentAddr, c.browserState); err != nil {
+			if derr := m.rt.Delete(context.Background(), spec.ID); derr != nil {
+				log.Error("remove sandbox", "err", derr)
+			}
+		}
+	}
 	if err == nil {
 		m.attachEgress(spec, inst.AgentAddr)
 		_, err = m.recordOutcome(spec.ID, func(r *store.Sandbox) error {
@@ -610,6 +647,12 @@ func (m *Manager) Wait(ctx context.Context, id string, timeout int) (store.Sandb
 // Delete removes the record now and tears the sandbox down in the
 // background. Unknown ids are fine (idempotent, as Orchard).
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	stacked := false // the sandbox started from a snapshot or a fork: its layers may be unused now
+	if _, ok := m.rt.(runtime.Snapshotter); ok {
+		if rec, err := m.st.GetSandbox(ctx, id); err == nil {
+			stacked = rec.Snapshot != "" || rec.ForkOf != ""
+		}
+	}
 	if err := m.st.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
@@ -636,6 +679,8 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		defer cancel()
 		if err := m.rt.Delete(dctx, id); err != nil {
 			m.log.Error("delete sandbox", "sandbox_id", id, "err", err)
+		} else if stacked {
+			m.pruneSoon()
 		}
 		m.mu.Lock()
 		delete(m.locks, id)

@@ -6,6 +6,7 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -212,6 +213,9 @@ func StateDir(t testing.TB) string {
 			if _, err := os.Stat(filepath.Join(d, "sandboxes")); err == nil {
 				RemoveSandboxes(t, d)
 			}
+			// The snapshots' filesystem, if a runtime left it mounted:
+			// never remove through a mount.
+			_ = unix.Unmount(filepath.Join(d, "layers"), unix.MNT_DETACH)
 		}
 		_ = os.RemoveAll(abs)
 	})
