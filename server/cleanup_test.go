@@ -92,7 +92,7 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-func waitRuntimeGone(t *testing.T, srv *testserver.Server, ids ...string) {
+func waitRuntimeGone(t testing.TB, srv *testserver.Server, ids ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, id := range ids {

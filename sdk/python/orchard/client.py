@@ -258,12 +258,17 @@ class Client:
 
     # -- sandboxes -------------------------------------------------------
 
-    def create_sandbox(self, kind="shell", image="host", wait=True, wait_timeout=300, **fields):
+    def create_sandbox(self, kind=None, image=None, wait=True, wait_timeout=300, **fields):
         """Create a sandbox (fields as POST /sandboxes takes them: browser,
         desktop, egress, env, labels, ttl_seconds, faults, block_network,
-        cpu, memory, ...) and, with wait, return it once ready. A sandbox
-        that fails to start is deleted and its fault raised."""
-        body = {"image": image, "kind": kind, "block_network": fields.pop("block_network", True)}
+        cpu, memory, snapshot, ...) and, with wait, return it once ready. A
+        sandbox that fails to start is deleted and its fault raised. Kind
+        and image default to shell and host, or to the snapshot's."""
+        body = {"block_network": fields.pop("block_network", True)}
+        if kind is not None or "snapshot" not in fields:
+            body["kind"] = kind or "shell"
+        if image is not None or "snapshot" not in fields:
+            body["image"] = image or "host"
         body.update(fields)
         info = self.json("POST", "/sandboxes", body)
         sb = Sandbox(self, info)
@@ -277,6 +282,17 @@ class Client:
 
     def sandbox(self, sandbox_id):
         return Sandbox(self, self.json("GET", f"/sandboxes/{_seg(sandbox_id)}"))
+
+    def snapshots(self):
+        """Every snapshot, oldest first."""
+        return self.json("GET", "/snapshots")["snapshots"]
+
+    def snapshot(self, snapshot_id):
+        return self.json("GET", f"/snapshots/{_seg(snapshot_id)}")
+
+    def delete_snapshot(self, snapshot_id):
+        """Delete a snapshot; sandboxes started from it keep working."""
+        return self.json("DELETE", f"/snapshots/{_seg(snapshot_id)}")
 
     def sandboxes(self, kind=None, status=None, labels=None):
         q = {"kind": kind, "status": status}
@@ -391,6 +407,21 @@ class Sandbox:
         """Let a paused sandbox's processes go on where they stopped."""
         self.info = self.client.json("POST", self._path("/resume"))
         return self
+
+    def snapshot(self, labels=None):
+        """Save the sandbox's files (and a browser's state) as a snapshot;
+        returns it ({snapshot_id, ...}). Start sandboxes from it with
+        client.create_sandbox(snapshot=id)."""
+        return self.client.json("POST", self._path("/snapshots"), {"labels": labels} if labels else {})
+
+    def fork(self, count, labels=None, timeout=300):
+        """Branch count ready sandboxes off this one's current state (files,
+        browser state; not running processes)."""
+        body = {"count": int(count), "timeout": int(timeout)}
+        if labels:
+            body["labels"] = labels
+        res = self.client.json("POST", self._path("/fork"), body, timeout=timeout + 30)
+        return [Sandbox(self.client, s) for s in res["sandboxes"]]
 
     def exec(self, command, timeout=None, cwd=None, env=None, login_shell=False):
         """Run a command (bash -c) and wait for it; returns the job: status,

@@ -87,6 +87,28 @@ class Live(unittest.TestCase):
             self.assertEqual(sb.resume().status, "ready")
             self.assertEqual(sb.exec("cat /tmp/f")["stdout"], "kept\n")
 
+    def test_snapshot_fork(self):
+        with self.c.create_sandbox() as sb:
+            sb.exec("echo one > /workspace/f")
+            snap = sb.snapshot(labels={"k": "v"})
+            self.assertEqual((snap["sandbox_id"], snap["labels"]), (sb.id, {"k": "v"}))
+            sb.exec("echo two > /workspace/f")
+            with self.c.create_sandbox(snapshot=snap["snapshot_id"]) as restored:
+                self.assertEqual(restored.exec("cat /workspace/f")["stdout"], "one\n")
+            branches = sb.fork(2)
+            try:
+                self.assertEqual([b.info["fork_of"] for b in branches], [sb.id, sb.id])
+                branches[0].exec("echo mine > /workspace/f")
+                self.assertEqual(branches[1].exec("cat /workspace/f")["stdout"], "two\n")
+            finally:
+                for b in branches:
+                    b.delete()
+            self.assertIn(snap["snapshot_id"], [s["snapshot_id"] for s in self.c.snapshots()])
+            self.c.delete_snapshot(snap["snapshot_id"])
+            with self.assertRaises(OrchardError) as e:
+                self.c.snapshot(snap["snapshot_id"])
+            self.assertEqual((e.exception.status, e.exception.code), (404, "snapshot.not_found"))
+
     def test_browser(self):
         with self.c.create_sandbox(kind="browser", browser={"viewport": {"width": 800, "height": 600}}) as sb:
             sb.upload("/workspace/page.html", PAGE)
