@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -18,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
@@ -363,59 +366,212 @@ func (s *Session) ImportState(ctx context.Context, st api.BrowserState) error {
 		}
 	}
 
-	s.mu.Lock()
-	old := slices.Clone(s.tabs)
-	s.mu.Unlock()
-
-	if err := s.seedOrigins(ctx, st.Origins); err != nil {
-		return err
-	}
-
-	n := max(len(st.Tabs), 1)
-	tabs := make([]*tab, 0, n)
-	for range n {
-		t, err := s.openTab(ctx)
-		if err != nil {
-			return err
-		}
-		tabs = append(tabs, t)
-	}
-	if err := s.closeTabs(ctx, old); err != nil {
-		return err
-	}
+	plans := make([]tabPlan, len(st.Tabs))
 	for i, ts := range st.Tabs {
-		if err := s.restoreTab(ctx, tabs[i], ts); err != nil {
-			return fmt.Errorf("import state: tab %d: %w", i, err)
-		}
+		plans[i] = planTab(ts)
 	}
-	active := tabs[min(st.ActiveTab, len(tabs)-1)]
+	seed := newSeeder(st.Origins, plans)
+	reuse, old := s.blankTabs(ctx, len(st.Tabs))
+
+	// The storage, each tab and the closing of the old tabs go on at once:
+	// most of their time is spent waiting for the browser (a new tab takes
+	// tens of milliseconds to open, a page to load and settle), and only
+	// the current pages must wait for the storage.
+	n := max(len(st.Tabs), 1)
+	tabs := make([]*tab, n)
+	copy(tabs, reuse)
+	var opened sync.WaitGroup
+	opened.Add(n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.seedOrigins(gctx, seed) })
+	for i := range n {
+		g.Go(func() error {
+			if tabs[i] == nil {
+				t, err := s.detachedTab(gctx)
+				if err != nil {
+					opened.Done()
+					return err
+				}
+				tabs[i] = t
+			}
+			opened.Done()
+			if i >= len(st.Tabs) {
+				return nil
+			}
+			if err := s.restoreTab(gctx, tabs[i], st.Tabs[i], plans[i], seed); err != nil {
+				return fmt.Errorf("import state: tab %d: %w", i, err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		// A browser keeps running without tabs only in headless mode:
+		// close the old ones once the new ones are open.
+		opened.Wait()
+		if gctx.Err() != nil {
+			return nil
+		}
+		return s.closeTabs(gctx, old)
+	})
+	if err := g.Wait(); err != nil {
+		for _, t := range tabs[len(reuse):] {
+			if t != nil {
+				t.cancel()
+			}
+		}
+		// The browser must keep a tab: the agent gets a blank one.
+		if len(s.Tabs()) == 0 && s.Err() == nil {
+			if _, oerr := s.openTab(context.WithoutCancel(ctx)); oerr != nil {
+				s.log.Warn("import state: open a tab after a failed import", "error", oerr)
+			}
+		}
+		return err
+	}
+	active := tabs[min(st.ActiveTab, n-1)]
 	s.mu.Lock()
-	s.active = active
+	// Tabs that pages opened meanwhile stay, after the state's.
+	rest := slices.DeleteFunc(slices.Clone(s.tabs), func(t *tab) bool { return slices.Contains(tabs, t) })
+	s.tabs = append(tabs, rest...)
+	s.active, s.front = active, nil
 	s.mu.Unlock()
 	return s.toFront(ctx, active)
 }
 
-// closeTabs closes tabs and waits until the session forgot them.
+// blankTabs splits the session's tabs into up to n blank ones, which a
+// state's tabs may take over (opening a tab costs tens of milliseconds;
+// a fresh browser has one blank tab), and the others, to be closed. A
+// blank tab shows about:blank and has no history of its own.
+func (s *Session) blankTabs(ctx context.Context, n int) (blank, others []*tab) {
+	s.mu.Lock()
+	all := slices.Clone(s.tabs)
+	s.mu.Unlock()
+	for _, t := range all {
+		if len(blank) < n && s.isBlank(ctx, t) {
+			blank = append(blank, t)
+		} else {
+			others = append(others, t)
+		}
+	}
+	return blank, others
+}
+
+func (s *Session) isBlank(ctx context.Context, t *tab) bool {
+	select {
+	case <-t.ready:
+		if t.readyErr != nil {
+			return false
+		}
+	default:
+		return false
+	}
+	if t.openDialog() != nil || t.isCrashed() {
+		return false
+	}
+	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
+	defer cancel()
+	h, err := cdp.Call(cctx, t.target, page.GetNavigationHistory, cdp.Empty{})
+	return err == nil && len(h.Entries) <= 1 && (len(h.Entries) == 0 || h.Entries[0].URL == "about:blank")
+}
+
+// detachedTab opens a blank tab that is not (yet) one of the session's:
+// actions and observations do not see it, and the session forgets
+// nothing when it closes. Its cancel closes it.
+func (s *Session) detachedTab(ctx context.Context) (*tab, error) {
+	t := newTab(s, "")
+	t.ctx, t.cancel = chromedp.NewContext(s.rootCtx, chromedp.WithListener(t.onEvent))
+	err := s.attach(t)
+	t.markReady(err)
+	if err != nil {
+		t.cancel()
+		return nil, s.classify(ctx, nil, "import state: open a tab", err)
+	}
+	return t, nil
+}
+
+// closeTabs closes tabs, all at once, and waits until the session forgot
+// them.
 func (s *Session) closeTabs(ctx context.Context, tabs []*tab) error {
+	g, gctx := errgroup.WithContext(ctx)
 	for _, t := range tabs {
-		if err := t.waitReady(ctx); err != nil && !faults.Is(err, faults.CodeActionNoSuchTab) {
-			continue // never attached: nothing to close
-		}
-		cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-		_, err := cdp.Call(cctx, s.b, target.CloseTarget, target.CloseTargetParams{TargetID: t.id})
-		cancel()
-		if err != nil {
-			select {
-			case <-t.gone:
-				continue // closed meanwhile
-			default:
-			}
-			return s.classify(cctx, nil, "import state: close tab", err)
-		}
+		g.Go(func() error { return s.closeOne(gctx, t) })
+	}
+	return g.Wait()
+}
+
+func (s *Session) closeOne(ctx context.Context, t *tab) error {
+	if err := t.waitReady(ctx); err != nil {
+		return nil // never attached: nothing to close
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	_, err := cdp.Call(cctx, s.b, target.CloseTarget, target.CloseTargetParams{TargetID: t.id})
+	cancel()
+	if err != nil {
 		select {
 		case <-t.gone:
-		case <-time.After(s.opts.CallTimeout):
-			s.forget(t)
+			return nil // closed meanwhile
+		default:
+		}
+		return s.classify(cctx, nil, "import state: close tab", err)
+	}
+	select {
+	case <-t.gone:
+	case <-time.After(s.opts.CallTimeout):
+		s.forget(t)
+	case <-ctx.Done():
+		return faults.Of(context.Cause(ctx))
+	}
+	return nil
+}
+
+// seeder writes the origins' localStorage and IndexedDB before any
+// page of theirs loads. An origin whose stub document a tab shows on its
+// way to its current page (a history entry before it) is written from
+// that document; the others from a scratch tab (seedOrigins), which
+// costs a tab.
+type seeder struct {
+	jobs map[string]*seedJob
+}
+
+type seedJob struct {
+	o api.OriginState
+	// covered: a tab's history passes through the origin before its
+	// current page; that tab claims the job.
+	covered bool
+	claimed atomic.Bool
+	done    chan struct{}
+}
+
+func newSeeder(origins []api.OriginState, plans []tabPlan) *seeder {
+	sd := &seeder{jobs: map[string]*seedJob{}}
+	for _, o := range origins {
+		if len(o.LocalStorage) > 0 || len(o.IndexedDB) > 0 {
+			sd.jobs[o.Origin] = &seedJob{o: o, done: make(chan struct{})}
+		}
+	}
+	for _, p := range plans {
+		for _, u := range p.back {
+			if j := sd.jobs[originOf(u)]; j != nil {
+				j.covered = true
+			}
+		}
+	}
+	return sd
+}
+
+// claim returns the job of u's origin if the caller is the first to ask.
+func (sd *seeder) claim(u string) *seedJob {
+	j := sd.jobs[originOf(u)]
+	if j == nil || !j.claimed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return j
+}
+
+// wait blocks until every origin is written.
+func (sd *seeder) wait(ctx context.Context) error {
+	for _, j := range sd.jobs {
+		select {
+		case <-j.done:
 		case <-ctx.Done():
 			return faults.Of(context.Cause(ctx))
 		}
@@ -423,64 +579,71 @@ func (s *Session) closeTabs(ctx context.Context, tabs []*tab) error {
 	return nil
 }
 
-// seedOrigins writes each origin's localStorage and IndexedDB from a
-// scratch tab that shows a stub document of the origin, so that every
-// page of it, from the first, finds its storage in place. The scratch tab
-// is never listed among the session's tabs.
-func (s *Session) seedOrigins(ctx context.Context, origins []api.OriginState) error {
-	var todo []api.OriginState
-	for _, o := range origins {
-		if len(o.LocalStorage) > 0 || len(o.IndexedDB) > 0 {
-			todo = append(todo, o)
+// seedOrigins writes the origins no tab passes through from a scratch
+// tab that shows a stub document of each. The scratch tab is never listed
+// among the session's tabs.
+func (s *Session) seedOrigins(ctx context.Context, sd *seeder) error {
+	var todo []*seedJob
+	for _, j := range sd.jobs {
+		if !j.covered && j.claimed.CompareAndSwap(false, true) {
+			todo = append(todo, j)
 		}
 	}
 	if len(todo) == 0 {
 		return nil
 	}
-	t := newTab(s, "")
-	t.ctx, t.cancel = chromedp.NewContext(s.rootCtx, chromedp.WithListener(t.onEvent))
-	err := s.attach(t)
-	t.markReady(err)
-	defer t.cancel() // closes the scratch tab
+	t, err := s.detachedTab(ctx)
 	if err != nil {
-		return s.classify(ctx, nil, "import state: open a tab for storage", err)
+		return err
 	}
+	defer t.cancel() // closes the scratch tab
 	stop, err := s.stubDocuments(ctx, t)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	for _, o := range todo {
-		if err := s.stubNavigate(ctx, t, o.Origin+"/"); err != nil {
+	for _, j := range todo {
+		if err := s.stubNavigate(ctx, t, j.o.Origin+"/"); err != nil {
 			return err
 		}
-		local := o.LocalStorage
-		if local == nil {
-			local = map[string]string{}
-		}
-		dbs := o.IndexedDB
-		if dbs == nil {
-			dbs = []api.IDBDatabase{}
-		}
-		lj, err := json.Marshal(local)
-		if err != nil {
-			return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "import state: local_storage")
-		}
-		dj, err := json.Marshal(dbs)
-		if err != nil {
-			return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "import state: indexed_db")
-		}
-		expr := fmt.Sprintf("(%s)(%s,%s)", stateImportJS, lj, dj)
-		if _, err := t.eval(ctx, expr, true, stateEvalTimeout); err != nil {
-			if _, ok := errors.AsType[*faults.Error](err); ok {
-				return err
-			}
-			// The page refused the data: a record whose key does not fit
-			// its store, an index on a bad key path.
-			return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client,
-				"import state: storage of "+o.Origin+": "+err.Error())
+		if err := s.seedIn(ctx, t, j); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// seedIn writes j's origin's storage from the document t shows (one of
+// the origin) and marks the job done.
+func (s *Session) seedIn(ctx context.Context, t *tab, j *seedJob) error {
+	o := j.o
+	local := o.LocalStorage
+	if local == nil {
+		local = map[string]string{}
+	}
+	dbs := o.IndexedDB
+	if dbs == nil {
+		dbs = []api.IDBDatabase{}
+	}
+	lj, err := json.Marshal(local)
+	if err != nil {
+		return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "import state: local_storage")
+	}
+	dj, err := json.Marshal(dbs)
+	if err != nil {
+		return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "import state: indexed_db")
+	}
+	expr := fmt.Sprintf("(%s)(%s,%s)", stateImportJS, lj, dj)
+	if _, err := t.eval(ctx, expr, true, stateEvalTimeout); err != nil {
+		if _, ok := errors.AsType[*faults.Error](err); ok {
+			return err
+		}
+		// The page refused the data: a record whose key does not fit
+		// its store, an index on a bad key path.
+		return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client,
+			"import state: storage of "+o.Origin+": "+err.Error())
+	}
+	close(j.done)
 	return nil
 }
 
@@ -567,26 +730,41 @@ func (s *Session) stubNavigate(ctx context.Context, t *tab, u string) error {
 	return nil
 }
 
-// restoreTab gives a fresh tab ts's history, page and view.
-func (s *Session) restoreTab(ctx context.Context, t *tab, ts api.TabState) error {
-	t.act.Lock()
-	defer t.act.Unlock()
+// tabPlan is how a tab gets its history back: the entries before and
+// after the current one that it gets as stub documents (bounded), and
+// the current page.
+type tabPlan struct {
+	back, fwd []string
+	current   string
+}
+
+func planTab(ts api.TabState) tabPlan {
 	hist, cur := ts.History, ts.CurrentIndex
 	if len(hist) == 0 {
 		hist, cur = []api.HistoryEntry{{URL: ts.URL}}, 0
 	}
+	var p tabPlan
 	lo, hi := max(0, cur-maxHistoryBack), min(len(hist), cur+1+maxHistoryForward)
-	var back, fwd []string
 	for i := lo; i < hi; i++ {
-		if i != cur && scriptable(hist[i].URL) {
-			if i < cur {
-				back = append(back, hist[i].URL)
-			} else {
-				fwd = append(fwd, hist[i].URL)
-			}
+		switch {
+		case i == cur || !scriptable(hist[i].URL):
+		case i < cur:
+			p.back = append(p.back, hist[i].URL)
+		default:
+			p.fwd = append(p.fwd, hist[i].URL)
 		}
 	}
-	current := hist[cur].URL
+	p.current = hist[cur].URL
+	return p
+}
+
+// restoreTab gives a blank tab ts's history, page and view. Its current
+// page loads once sd wrote every origin's storage; the tab writes those
+// its stub entries show first.
+func (s *Session) restoreTab(ctx context.Context, t *tab, ts api.TabState, p tabPlan, sd *seeder) error {
+	t.act.Lock()
+	defer t.act.Unlock()
+	back, fwd, current := p.back, p.fwd, p.current
 	if current == "" || current == "about:blank" {
 		return nil
 	}
@@ -612,7 +790,10 @@ func (s *Session) restoreTab(ctx context.Context, t *tab, ts api.TabState) error
 		}()
 	}
 
-	if err := s.stubHistory(ctx, t, back); err != nil {
+	if err := s.stubHistory(ctx, t, back, sd); err != nil {
+		return err
+	}
+	if err := sd.wait(ctx); err != nil {
 		return err
 	}
 	if err := s.navigate(ctx, t, current); err != nil {
@@ -624,7 +805,7 @@ func (s *Session) restoreTab(ctx context.Context, t *tab, ts api.TabState) error
 		s.log.Info("import state: current page failed to load", "url", current, "error", err)
 	}
 	if len(fwd) > 0 {
-		if err := s.stubHistory(ctx, t, fwd); err != nil {
+		if err := s.stubHistory(ctx, t, fwd, nil); err != nil {
 			return err
 		}
 		if err := s.history(ctx, t, -len(fwd)); err != nil {
@@ -658,8 +839,9 @@ func (s *Session) restoreTab(ctx context.Context, t *tab, ts api.TabState) error
 	return nil
 }
 
-// stubHistory adds urls to t's history as stub documents.
-func (s *Session) stubHistory(ctx context.Context, t *tab, urls []string) error {
+// stubHistory adds urls to t's history as stub documents, writing the
+// storage of the origins it is the first to show when sd is given.
+func (s *Session) stubHistory(ctx context.Context, t *tab, urls []string, sd *seeder) error {
 	if len(urls) == 0 {
 		return nil
 	}
@@ -671,6 +853,14 @@ func (s *Session) stubHistory(ctx context.Context, t *tab, urls []string) error 
 	for _, u := range urls {
 		if err := s.stubNavigate(ctx, t, u); err != nil {
 			return err
+		}
+		if sd == nil {
+			continue
+		}
+		if j := sd.claim(u); j != nil {
+			if err := s.seedIn(ctx, t, j); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
