@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
@@ -348,22 +349,8 @@ func (s *Session) ImportState(ctx context.Context, st api.BrowserState) error {
 	}
 
 	// Cookies first: the seeding and the pages below load with them.
-	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
-	if _, err := cdp.Call(cctx, s.b, storage.ClearCookies, storage.ClearCookiesParams{}); err != nil {
-		return s.classify(cctx, nil, "import state: clear cookies", err)
-	}
-	if len(st.Cookies) > 0 {
-		params := make([]*network.CookieParam, 0, len(st.Cookies))
-		for _, c := range st.Cookies {
-			params = append(params, cookieParam(c))
-		}
-		if _, err := cdp.Call(cctx, s.b, storage.SetCookies, storage.SetCookiesParams{Cookies: params}); err != nil {
-			if faults.Of(err).Source == faults.Browser && ctx.Err() == nil && !lost(s) {
-				return faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client, "import state: the browser refused a cookie: "+err.Error())
-			}
-			return s.classify(cctx, nil, "import state: set cookies", err)
-		}
+	if err := s.replaceCookies(ctx, st.Cookies); err != nil {
+		return err
 	}
 
 	plans := make([]tabPlan, len(st.Tabs))
@@ -435,6 +422,48 @@ func (s *Session) ImportState(ctx context.Context, st api.BrowserState) error {
 	s.active, s.front = active, nil
 	s.mu.Unlock()
 	return s.toFront(ctx, active)
+}
+
+// replaceCookies replaces the browser's cookies with cs. A cookie the
+// browser refuses leaves the cookies as they were.
+func (s *Session) replaceCookies(ctx context.Context, cs []api.StateCookie) error {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	before, err := cdp.Call(cctx, s.b, storage.GetCookies, storage.GetCookiesParams{})
+	if err != nil {
+		return s.classify(cctx, nil, "import state: get cookies", err)
+	}
+	set := func(cs []*network.CookieParam) error {
+		if _, err := cdp.Call(cctx, s.b, storage.ClearCookies, storage.ClearCookiesParams{}); err != nil {
+			return err
+		}
+		if len(cs) == 0 {
+			return nil
+		}
+		_, err := cdp.Call(cctx, s.b, storage.SetCookies, storage.SetCookiesParams{Cookies: cs})
+		return err
+	}
+	params := make([]*network.CookieParam, 0, len(cs))
+	for _, c := range cs {
+		params = append(params, cookieParam(c))
+	}
+	err = set(params)
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*cdproto.Error](err); !ok {
+		return s.classify(cctx, nil, "import state: set cookies", err)
+	}
+	// The browser answered: it refused a cookie's fields.
+	old := make([]*network.CookieParam, 0, len(before.Cookies))
+	for _, c := range before.Cookies {
+		old = append(old, cookieParam(cookieOf(c)))
+	}
+	if rerr := set(old); rerr != nil {
+		s.log.Warn("import state: put the cookies back", "error", rerr)
+	}
+	return faults.Validation(faults.FieldError{Type: "value_error", Loc: []any{"body", "cookies"},
+		Msg: "the browser refused a cookie: " + err.Error()})
 }
 
 // blankTabs splits the session's tabs into up to n blank ones, which a

@@ -199,6 +199,7 @@ func TestStateRoundTrip(t *testing.T) {
 		Action{Type: ActNewTab, URL: site.URL + "/recipes/index.html"},
 		Action{Type: ActNewTab, URL: site.URL + "/travel/index.html"},
 	)
+	js[string](t, dst, `document.cookie = "before=1; path=/"`)
 	for _, tc := range []struct {
 		name     string
 		mutate   func(*api.BrowserState)
@@ -212,6 +213,9 @@ func TestStateRoundTrip(t *testing.T) {
 		{"origin", func(s *api.BrowserState) { s.Origins = append(s.Origins, api.OriginState{Origin: "not an origin"}) }, faults.CodeValidation, faults.InvalidRequest},
 		{"field kind", func(s *api.BrowserState) {
 			s.Tabs[1].Fields = append(s.Tabs[1].Fields, api.FieldValue{Selector: "#x", Kind: "bogus"})
+		}, faults.CodeValidation, faults.InvalidRequest},
+		{"cookie", func(s *api.BrowserState) {
+			s.Cookies = append(s.Cookies, api.StateCookie{Name: "bad;name", Value: "v", Domain: "127.0.0.1", Path: "/"})
 		}, faults.CodeValidation, faults.InvalidRequest},
 		{"too large", func(s *api.BrowserState) {
 			s.Origins = append(s.Origins, api.OriginState{Origin: "http://big.test", LocalStorage: map[string]string{"k": strings.Repeat("x", api.MaxBrowserStateBytes)}})
@@ -230,6 +234,9 @@ func TestStateRoundTrip(t *testing.T) {
 			}
 			if n := len(dst.Tabs()); n != 3 {
 				t.Fatalf("a refused import changed the tabs: %d open", n)
+			}
+			if c := js[string](t, dst, "document.cookie"); c != "before=1" {
+				t.Fatalf("a refused import changed the cookies: %q", c)
 			}
 		})
 	}
@@ -255,6 +262,9 @@ func TestStateRoundTrip(t *testing.T) {
 	// Tab 0: signed in (the server found its session), scrolled, storage.
 	if got := js[string](t, dst, `document.getElementById('who') ? document.getElementById('who').textContent : location.href`); got != "Signed in as alice" {
 		t.Errorf("after import: %q, want still signed in", got)
+	}
+	if c := js[string](t, dst, "document.cookie"); c != "" {
+		t.Errorf("cookies the state does not have survived the import: %q", c)
 	}
 	if got := js[[]float64](t, dst, `[scrollY, document.getElementById('box').scrollTop]`); !slices.Equal(got, []float64{1234, 230}) {
 		t.Errorf("scroll (window, box) = %v, want [1234 230]", got)
