@@ -225,6 +225,33 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		writeJSON(w, http.StatusOK, api.TabList{Tabs: sess.Tabs()})
 		return nil
 	})
+	handle(mux, "GET /browser/state", func(w http.ResponseWriter, r *http.Request) error {
+		st, err := sess.ExportState(r.Context())
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, st)
+		return nil
+	})
+	handle(mux, "PUT /browser/state", func(w http.ResponseWriter, r *http.Request) error {
+		var st api.BrowserState
+		if err := decodeJSON(w, r, stateBodyLimit, &st); err != nil {
+			if faults.Is(err, faults.CodeTooLarge) {
+				return faults.Wrap(err, faults.CodeBrowserStateTooLarge, faults.TooLarge, faults.Client,
+					fmt.Sprintf("the state to import exceeds %d bytes", api.MaxBrowserStateBytes))
+			}
+			return err
+		}
+		if err := sess.ImportState(r.Context(), st); err != nil {
+			if f := faults.Of(err); f.Code == faults.CodeValidation {
+				// As the server answers a validation error: FastAPI's 422.
+				return f.WithStatus(http.StatusUnprocessableEntity)
+			}
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
 	handle(mux, "GET /browser/cdp", func(w http.ResponseWriter, r *http.Request) error {
 		if err := serveCDP(w, r, sess); err != nil {
 			return err
@@ -292,6 +319,10 @@ func observeOptions(q url.Values, defShot string) (api.Observe, error) {
 	}
 	return o, nil
 }
+
+// stateBodyLimit bounds PUT /browser/state: the largest state plus room
+// for the JSON the decoder reads past a state's own bytes (whitespace).
+const stateBodyLimit = api.MaxBrowserStateBytes + 1<<20
 
 // browserSocket is where the daemon listens, inside the sandbox.
 const browserSocket = "/run/orchard-browser.sock"
@@ -758,7 +789,7 @@ func (t *tabState) track(sess *browser.Session, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
-		if r.Method == http.MethodPost {
+		if r.Method == http.MethodPost || r.Method == http.MethodPut {
 			t.save(sess)
 		}
 	})

@@ -137,6 +137,9 @@ const (
 	CodeBrowserLaunch = "browser.launch_failed"
 	// CodeBrowserClosed: the session was closed by its owner.
 	CodeBrowserClosed = "browser.closed"
+	// CodeBrowserStateTooLarge: a browser's saved state (cookies, storage,
+	// tabs) exceeds the size a snapshot carries.
+	CodeBrowserStateTooLarge = "browser.state_too_large"
 )
 
 // Actions an agent asks a browser or desktop to run.

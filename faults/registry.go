@@ -118,6 +118,8 @@ var registry = []CodeInfo{
 	{CodeBrowserProtocol, Internal, Browser, false, true, "The browser answered a command with an error no better code fits."},
 	{CodeBrowserLaunch, Unavailable, Browser, true, true, "The browser could not be started."},
 	{CodeBrowserClosed, Unavailable, Browser, false, false, "The browser session was closed by its owner; no environment fault."},
+	{CodeBrowserStateTooLarge, TooLarge, Browser, false, true, "The browser's saved state (cookies, storage, tabs) exceeds the 32 MiB a snapshot carries, " +
+		"on export, or a state given to import does."},
 	{CodeDesktopXDied, Unavailable, Desktop, true, true, "The X server of a desktop sandbox died."},
 	{CodeDesktopWMDied, Unavailable, Desktop, true, true, "The window manager of a desktop sandbox died and was restarted, or, after dying repeatedly, " +
 		"left for good (not retryable then). Input and screenshots work without it: the fault is reported in the desktop's status and the next actions response."},
