@@ -96,4 +96,3 @@ func BenchmarkFork(b *testing.B) {
 	b.ReportMetric(p50(fork)/p50(cold), "fork/cold")
 	b.ReportMetric(p50(fork)/(p50(cold)+p50(cp)), "fork/(cold+cp)")
 }
-
