@@ -66,6 +66,10 @@ type CreateSandboxRequest struct {
 	// /sandboxes/{id}/snapshots): its files, and a browser sandbox's
 	// browser state. The image and kind are the snapshot's.
 	Snapshot *string `json:"snapshot,omitempty" doc:"snapshot id to start from; image and kind then default to the snapshot's and may not differ"`
+	// Exec runs in the sandbox before it is ready (and before a snapshot's
+	// browser state is restored): a sandbox started from a snapshot
+	// carries files, not processes, so this starts what its pages need.
+	Exec []string `json:"exec,omitempty" doc:"commands (bash -c, 120 s each) run before the sandbox is ready and before a snapshot's browser state is restored; a failing one fails the sandbox"`
 }
 
 // Egress is the `egress` object of a create request.

@@ -43,6 +43,10 @@ type ForkRequest struct {
 	// Timeout bounds the wait for every branch to be ready, seconds
 	// (default 300).
 	Timeout int `json:"timeout,omitempty" openapi:"minimum=0"`
+	// Exec runs in each branch before it is ready and before its browser
+	// state is restored: running processes are not carried, so this is
+	// where a branch starts what its pages come from (a local server).
+	Exec []string `json:"exec,omitempty" doc:"commands (bash -c, 120 s each) run in each branch before it is ready and before its browser state is restored; a failing one fails the fork"`
 }
 
 // ForkResponse is the body of POST /sandboxes/{id}/fork: the branches,

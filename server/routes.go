@@ -272,6 +272,12 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 	if req.Snapshot != nil {
 		p.Snapshot = *req.Snapshot
 	}
+	for i, cmd := range req.Exec {
+		if strings.TrimSpace(cmd) == "" || strings.ContainsRune(cmd, 0) {
+			return faults.Validation(faults.FieldError{Type: "value_error", Loc: at("exec", i), Msg: "a command must be non-empty and hold no NUL byte", Input: cmd})
+		}
+	}
+	p.StartExec = req.Exec
 	return nil
 }
 

@@ -48,6 +48,9 @@ func Handler() http.Handler {
 		// The sites are tiny and change with the binary; a cached copy
 		// from an older agent must never be shown.
 		w.Header().Set("Cache-Control", "no-store")
+		if accountRoute(w, r) {
+			return
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

@@ -270,6 +270,9 @@ type CreateParams struct {
 	layers       []string
 	browserState []byte
 	forkOf       string
+	// StartExec runs in the sandbox before it is ready and before its
+	// browser state is restored.
+	StartExec []string
 }
 
 // maxOOMFaultMemory bounds the limit an injected oom fault fills: filling
@@ -377,7 +380,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	cctx, stop := context.WithTimeoutCause(pctx, api.Seconds(p.Timeout),
 		faults.Newf(faults.CodeWaitTimeout, faults.Timeout, faults.Sandbox, "sandbox did not start within %ds", p.Timeout))
 	cancelAll := func(cause error) { cancel(cause); stop() }
-	c := &creation{cancel: cancelAll, browserState: p.browserState}
+	c := &creation{cancel: cancelAll, browserState: p.browserState, exec: p.StartExec}
 	m.mu.Lock()
 	m.creating[rec.ID] = c
 	m.mu.Unlock()
@@ -389,7 +392,8 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 // creation is a create in progress.
 type creation struct {
 	cancel context.CancelCauseFunc
-	// browserState is restored into the sandbox before it is ready.
+	// exec runs, then browserState is restored, before the sandbox is ready.
+	exec         []string
 	browserState []byte
 }
 
@@ -407,7 +411,7 @@ func (m *Manager) start(ctx context.Context, c *creation, spec runtime.Spec) {
 	log := m.log.With("sandbox_id", spec.ID)
 	inst, err := m.createWithRetry(ctx, spec)
 	if err == nil {
-		if err = m.restore(ctx, inst.AgentAddr, c.browserState); err != nil {
+		if err = m.restore(ctx, inst.AgentAddr, c.exec, c.browserState); err != nil {
 			if derr := m.rt.Delete(context.Background(), spec.ID); derr != nil {
 				log.Error("remove sandbox", "err", derr)
 			}

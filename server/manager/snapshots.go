@@ -335,13 +335,33 @@ func (m *Manager) fromSnapshot(ctx context.Context, p *CreateParams) error {
 	return nil
 }
 
-// restore puts what a snapshot kept besides files back into a sandbox
-// that started from it: the browser's state.
-func (m *Manager) restore(ctx context.Context, addr string, browserState []byte) error {
+// startExecTimeout bounds each of a create's start commands, seconds.
+const startExecTimeout = 120
+
+// restore runs a create's start commands and puts what a snapshot kept
+// besides files back into a sandbox that started from it: the browser's
+// state.
+func (m *Manager) restore(ctx context.Context, addr string, exec []string, browserState []byte) error {
+	a := m.agent(addr)
+	for _, cmd := range exec {
+		var stderr bytes.Buffer
+		exit, err := a.Exec(ctx, api.AgentExecRequest{Command: cmd, TimeoutSeconds: startExecTimeout}, func(ev api.ExecEvent) {
+			if ev.Stream == "stderr" && stderr.Len() < 4096 {
+				stderr.Write(ev.Data)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("start command %q: %w", cmd, err)
+		}
+		if exit.ExitCode != 0 || exit.SpawnError != "" {
+			return faults.Newf(faults.CodeCreateFailed, faults.ActionFailed, faults.Client,
+				"start command %q exited %d: %s%s", cmd, exit.ExitCode, exit.SpawnError, strings.TrimSpace(stderr.String()))
+		}
+	}
 	if len(browserState) == 0 {
 		return nil
 	}
-	if _, err := agentCall(ctx, m.agent(addr), http.MethodPut, "/browser/state", browserState); err != nil {
+	if _, err := agentCall(ctx, a, http.MethodPut, "/browser/state", browserState); err != nil {
 		return fmt.Errorf("restore the browser's state: %w", err)
 	}
 	return nil
@@ -399,6 +419,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) ([]s
 		Env: maps.Clone(rec.Env), Labels: labels, TTLSeconds: rec.TTLSeconds,
 		EgressAllow: spec.EgressAllow, NetworkMode: spec.NetworkMode,
 		layers: append([]string{ly.Name}, ly.Parents...), browserState: meta.Source.BrowserState, forkOf: id,
+		StartExec: req.Exec,
 	}
 	if rec.BlockNetwork {
 		base.NetworkMode = ""

@@ -9,6 +9,8 @@ package testenv
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,7 +100,10 @@ func buildCached(name, pkg, cgo string, tags ...string) (string, string) {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	dir := filepath.Join(cache, "orchard", "testenv")
+	// One folder per checkout: tests of two checkouts of the module (a
+	// second work tree) at once must not run each other's binaries.
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(cache, "orchard", "testenv", hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err.Error()
 	}
