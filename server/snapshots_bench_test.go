@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
@@ -95,4 +96,82 @@ func BenchmarkFork(b *testing.B) {
 	b.ReportMetric(p50(cp), "bare-cp-p50-ms")
 	b.ReportMetric(p50(fork)/p50(cold), "fork/cold")
 	b.ReportMetric(p50(fork)/(p50(cold)+p50(cp)), "fork/(cold+cp)")
+}
+
+// BenchmarkForkBrowser: POST /sandboxes/{id}/fork of a browser sandbox
+// signed in on the bundled shop into 8 branches, each ready for its next
+// step (the sites started, the browser state restored) when the call
+// answers, against 8 cold browser sandboxes started at once and waited for
+// (with the same start command) in the same loop.
+//
+//	go test -tags seccomp -run '^$' -bench ForkBrowser -benchtime 5x ./server
+func BenchmarkForkBrowser(b *testing.B) {
+	const branches = 8
+	testenv.RequireChromium(b)
+	srv := testserver.Start(b, testserver.Options{})
+	code, res := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser", "exec": []string{sitesCmd}})
+	if code != 200 {
+		b.Fatalf("create: %d %v", code, res)
+	}
+	parent := res["sandbox_id"].(string)
+	if w := getWait(b, srv, parent); w["status"] != "ready" {
+		b.Fatalf("wait: %v", w)
+	}
+	code, res = post(b, srv, "/sandboxes/"+parent+"/browser/actions", map[string]any{"actions": []map[string]any{
+		{"type": "navigate", "url": "http://127.0.0.1:8100/shop/account.html"},
+		{"type": "click", "selector": "#user"}, {"type": "type", "text": "ada"},
+		{"type": "click", "selector": "#password"}, {"type": "type", "text": "greenleaf"},
+		{"type": "click", "selector": "#sign-in"}, {"type": "wait", "selector": "#signed-in:not([hidden])"}}})
+	if code != 200 || res["ok"] != true {
+		b.Fatalf("sign in: %d %v", code, res)
+	}
+	timed := func(f func()) time.Duration {
+		t0 := time.Now()
+		f()
+		return time.Since(t0)
+	}
+	var fork, cold []time.Duration
+	for b.Loop() {
+		var ids []string
+		fork = append(fork, timed(func() {
+			code, res := post(b, srv, "/sandboxes/"+parent+"/fork", map[string]any{"count": branches, "exec": []string{sitesCmd}})
+			if code != 200 {
+				b.Fatalf("fork: %d %v", code, res)
+			}
+			for _, s := range res["sandboxes"].([]any) {
+				ids = append(ids, s.(map[string]any)["sandbox_id"].(string))
+			}
+		}))
+		cold = append(cold, timed(func() {
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for range branches {
+				wg.Go(func() {
+					code, res := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser", "exec": []string{sitesCmd}})
+					if code != 200 {
+						b.Errorf("create: %d %v", code, res)
+						return
+					}
+					id := res["sandbox_id"].(string)
+					if w := getWait(b, srv, id); w["status"] != "ready" {
+						b.Errorf("wait: %v", w)
+					}
+					mu.Lock()
+					ids = append(ids, id)
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+		}))
+		b.StopTimer()
+		for _, id := range ids {
+			_ = del(srv, id)
+		}
+		waitRuntimeGone(b, srv, ids...)
+		b.StartTimer()
+	}
+	p50 := func(d []time.Duration) float64 { return ms(percentile(d, 0.5)) }
+	b.ReportMetric(p50(fork), "fork8-p50-ms")
+	b.ReportMetric(p50(cold), "cold8-p50-ms")
+	b.ReportMetric(p50(fork)/p50(cold), "fork/cold")
 }
