@@ -159,14 +159,14 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	if err := s.sandboxParams(&p, req, "body"); err != nil {
 		return err
 	}
-	rec, err := s.mgr.Create(c.Request.Context(), p)
+	rec, err := s.createOrClaim(c, p, req)
 	if err != nil {
 		return err
 	}
 	c.JSON(http.StatusOK, api.CreateSandboxResponse{
 		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
 		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
-		EphemeralStorage: rec.EphemeralStorage,
+		EphemeralStorage: rec.EphemeralStorage, Ready: rec.Ready, Pool: rec.Pool,
 	})
 	return nil
 }

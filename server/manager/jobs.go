@@ -597,7 +597,7 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 		if !ok { // the connect-retry window is spent
 			return exit, err
 		}
-		if inst, ierr := m.rt.Inspect(ctx, rec.ID); ierr != nil || !inst.Alive {
+		if inst, ierr := m.rt.Inspect(ctx, rec.RuntimeName()); ierr != nil || !inst.Alive {
 			if ierr == nil {
 				f := deathFault(inst.Reason)
 				return exit, faults.FromInfo(faults.Info{Category: faults.Category(f.Category), Source: faults.Source(f.Source),
