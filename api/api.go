@@ -290,15 +290,15 @@ type PoolRequest struct {
 
 // Pool is a warm pool with its counts (GET /pools/{name}).
 type Pool struct {
-	Name      string          `json:"name"`
-	Size      int             `json:"size"`
-	Max       int             `json:"max"`
-	Sandbox   json.RawMessage `json:"sandbox"`
-	CreatedAt float64         `json:"created_at"`
-	Ready     int             `json:"ready" doc:"unclaimed sandboxes ready to hand over"`
-	Starting  int             `json:"starting"`
-	Claims    int             `json:"claims" doc:"creates served by a ready sandbox"`
-	Misses    int             `json:"misses" doc:"creates that found the pool empty and started cold"`
+	Name      string               `json:"name"`
+	Size      int                  `json:"size"`
+	Max       int                  `json:"max"`
+	Sandbox   CreateSandboxRequest `json:"sandbox" doc:"the spec the pool was defined with"`
+	CreatedAt float64              `json:"created_at"`
+	Ready     int                  `json:"ready" doc:"unclaimed sandboxes ready to hand over"`
+	Starting  int                  `json:"starting"`
+	Claims    int                  `json:"claims" doc:"creates served by a ready sandbox"`
+	Misses    int                  `json:"misses" doc:"creates that found the pool empty and started cold"`
 }
 
 // PoolList is the body of GET /pools.

@@ -32,8 +32,10 @@ func (s *Server) poolRoutes() []route {
 }
 
 func poolJSON(p manager.PoolStatus) api.Pool {
-	return api.Pool{Name: p.Name, Size: p.Size, Max: p.Max, Sandbox: p.Sandbox, CreatedAt: p.CreatedAt,
+	out := api.Pool{Name: p.Name, Size: p.Size, Max: p.Max, CreatedAt: p.CreatedAt,
 		Ready: p.Ready, Starting: p.Starting, Claims: p.Claims, Misses: p.Misses}
+	_ = json.Unmarshal(p.Sandbox, &out.Sandbox) // validated when the pool was defined
+	return out
 }
 
 func (s *Server) createPool(c *gin.Context) error {

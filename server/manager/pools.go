@@ -311,8 +311,9 @@ func (m *Manager) poolParams(p CreateParams) (CreateParams, error) {
 // checkReservedLabels refuses a create that sets PoolLabel: a sandbox
 // carrying it would be taken for a pool's member after a restart.
 func checkReservedLabels(p CreateParams) error {
-	if _, ok := p.Labels[PoolLabel]; ok && p.pool == "" {
-		return poolInvalid("label %q is reserved for warm pools", PoolLabel)
+	if v, ok := p.Labels[PoolLabel]; ok && p.pool == "" {
+		return faults.Validation(faults.FieldError{Type: "value_error", Loc: []any{"body", "labels", PoolLabel},
+			Msg: fmt.Sprintf("label %q is reserved for warm pools", PoolLabel), Input: v})
 	}
 	return nil
 }
