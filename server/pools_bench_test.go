@@ -18,15 +18,23 @@ import (
 //	go test -run '^$' -bench BenchmarkPoolClaim -benchtime 20x ./server/
 func BenchmarkPoolClaim(b *testing.B) {
 	b.Run("shell", func(b *testing.B) {
-		benchPoolClaim(b, map[string]any{"image": "host", "block_network": true, "memory": "256Mi"})
+		benchPoolClaim(b, map[string]any{"image": "host", "block_network": true, "memory": "256Mi"}, nil)
 	})
+	browser := map[string]any{"image": "host", "kind": "browser", "block_network": true}
 	b.Run("browser", func(b *testing.B) {
 		testenv.RequireChromium(b)
-		benchPoolClaim(b, map[string]any{"image": "host", "kind": "browser", "block_network": true})
+		benchPoolClaim(b, browser, nil)
+	})
+	// A claim that resizes the browser: one more round trip to its daemon.
+	b.Run("browser-viewport", func(b *testing.B) {
+		testenv.RequireChromium(b)
+		benchPoolClaim(b, browser, map[string]any{"viewport": map[string]any{"width": 1024, "height": 768}})
 	})
 }
 
-func benchPoolClaim(b *testing.B, spec map[string]any) {
+// benchPoolClaim times claims from a pool of spec (with browser settings
+// of their own when browser is not nil) against cold creates.
+func benchPoolClaim(b *testing.B, spec, browser map[string]any) {
 	srv := testserver.Start(b, testserver.Options{})
 	// The cold creates name a memory the pool's spec does not have, so
 	// they never match it: the same work as the pool's own starts.
@@ -50,8 +58,12 @@ func benchPoolClaim(b *testing.B, spec map[string]any) {
 		}
 
 		awaitPool(b, srv, "bench", full)
+		req := spec
+		if browser != nil {
+			req = with(spec, "browser", browser)
+		}
 		start = time.Now()
-		status, body = post(b, srv, "/sandboxes", spec)
+		status, body = post(b, srv, "/sandboxes", req)
 		d := time.Since(start)
 		if status != 200 || body["ready"] != true || body["pool"] != "bench" {
 			b.Fatalf("claim: %d %v", status, body)
