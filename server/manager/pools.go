@@ -606,7 +606,9 @@ func (m *Manager) DeletePool(ctx context.Context, name string) (int, error) {
 	}
 	m.savePoolsFile(ctx)
 	// A refill on another replica may store one more member after this
-	// listing; every replica's loop deletes members of pools that are gone.
+	// listing; every replica's loop deletes members of pools that are gone,
+	// this one's from now.
+	defer m.kickPools()
 	return m.drain(ctx, name, nil)
 }
 
@@ -1086,15 +1088,4 @@ func anySlice(s []string) []any {
 		out[i] = v
 	}
 	return out
-}
-
-// String names a pool result for logs.
-func (r PoolResult) String() string {
-	switch {
-	case r.Pool == "":
-		return "cold"
-	case r.Claimed:
-		return fmt.Sprintf("claim from %s", r.Pool)
-	}
-	return fmt.Sprintf("miss on %s", r.Pool)
 }
