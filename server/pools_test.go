@@ -119,6 +119,12 @@ func TestPoolClaimRefillAndMatch(t *testing.T) {
 	if ids := listedIDs(t, srv); len(ids) != 0 {
 		t.Fatalf("unclaimed members are listed: %v", ids)
 	}
+	// They are no one's, but /resources counts what they hold.
+	res := call(t, srv, "GET", "/resources", nil)
+	want(t, res, 200)
+	if pods, _ := res.body["sandbox_pods"].([]any); len(pods) != 2 {
+		t.Fatalf("/resources does not count the pool's sandboxes: %s", res.raw)
+	}
 
 	// An explicit claim: ready at once, exec works at once, per-claim
 	// labels and TTL applied, age counted from the claim.

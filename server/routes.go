@@ -525,6 +525,10 @@ func (s *Server) resources(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	// Warm pools' unclaimed sandboxes are no one's, but use the machine.
+	if members, err := s.mgr.PoolMembers(c.Request.Context()); err == nil {
+		recs = append(recs, members...)
+	}
 	out := resources{Status: "ok", Nodes: []node{{Name: host, Capacity: capQ, Allocatable: capQ}},
 		TotalCapacity: capQ, TotalAllocatable: capQ, SandboxPods: []sandboxUsed{}}
 	allocQ := capQ

@@ -1089,3 +1089,19 @@ func anySlice(s []string) []any {
 	}
 	return out
 }
+
+// PoolMembers returns the unclaimed members of every pool: not the users'
+// sandboxes, but they hold their share of the machine all the same.
+func (m *Manager) PoolMembers(ctx context.Context) ([]store.Sandbox, error) {
+	recs, err := m.st.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if r.PoolState != "" {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
