@@ -81,7 +81,14 @@ func BrowserMain(ctx context.Context, args []string) error {
 	}
 	defer sess.Close()
 	st := &tabState{path: *stateFile}
-	st.restore(ctx, sess, log)
+	if !st.restore(ctx, sess, log) && opts.StartURL != "" {
+		// A failed load is the page's, not the daemon's: the session serves
+		// on and the agent's first observation shows what happened.
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := sess.Do(rctx, []browser.Action{{Type: browser.ActNavigate, URL: opts.StartURL}})
+		cancel()
+		log.Info("opened the start page", "err", err)
+	}
 	_ = os.Remove(*sock)
 	ln, err := net.Listen("unix", *sock)
 	if err != nil {
@@ -161,6 +168,19 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 			return err
 		}
 		writeJSON(w, http.StatusOK, res)
+		return nil
+	})
+	// The server resizes a warm pool's browser to the viewport of the
+	// create that claimed it.
+	handle(mux, "POST /browser/viewport", func(w http.ResponseWriter, r *http.Request) error {
+		var v api.Viewport
+		if err := decodeJSON(w, r, 1<<10, &v); err != nil {
+			return err
+		}
+		if err := sess.SetViewport(r.Context(), v); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
 		return nil
 	})
 	handle(mux, "POST /browser/evaluate", func(w http.ResponseWriter, r *http.Request) error {
@@ -812,18 +832,19 @@ func (t *tabState) save(sess *browser.Session) {
 	}
 }
 
-// restore reopens the tabs a previous browser had open.
-func (t *tabState) restore(ctx context.Context, sess *browser.Session, log *slog.Logger) {
+// restore reopens the tabs a previous browser had open, and reports
+// whether there were any.
+func (t *tabState) restore(ctx context.Context, sess *browser.Session, log *slog.Logger) bool {
 	if t.path == "" {
-		return
+		return false
 	}
 	b, err := os.ReadFile(t.path)
 	if err != nil {
-		return
+		return false
 	}
 	var urls []string
 	if json.Unmarshal(b, &urls) != nil || len(urls) == 0 {
-		return
+		return false
 	}
 	var actions []browser.Action
 	for i, u := range urls {
@@ -843,6 +864,7 @@ func (t *tabState) restore(ctx context.Context, sess *browser.Session, log *slog
 	defer cancel()
 	res, err := sess.Do(rctx, actions)
 	log.Info("restored tabs after a restart", "tabs", len(urls), "results", len(res), "err", err)
+	return true
 }
 
 func ptrInt(i int) *int { return &i }

@@ -70,6 +70,8 @@ type CreateSandboxRequest struct {
 	// browser state is restored): a sandbox started from a snapshot
 	// carries files, not processes, so this starts what its pages need.
 	Exec []string `json:"exec,omitempty" doc:"commands (bash -c, 120 s each) run before the sandbox is ready and before a snapshot's browser state is restored; a failing one fails the sandbox"`
+	// Pool claims a ready sandbox of that warm pool (POST /pools).
+	Pool string `json:"pool,omitempty" doc:"claim a ready sandbox of this warm pool; its spec must match in every setting a claim cannot change"`
 }
 
 // Egress is the `egress` object of a create request.
@@ -98,6 +100,10 @@ type CreateSandboxResponse struct {
 	Kind         string `json:"kind"`
 	// EphemeralStorage is the sandbox's limit on what it writes.
 	EphemeralStorage string `json:"ephemeral_storage,omitempty"`
+	// Ready is true when a warm pool handed over a started sandbox.
+	Ready bool `json:"ready,omitempty"`
+	// Pool names the warm pool the sandbox came from.
+	Pool string `json:"pool,omitempty"`
 }
 
 // Sandbox is the body of GET /sandboxes/{id} and /wait.
@@ -283,4 +289,38 @@ type Cursor struct {
 	ScreenY int     `json:"screen_y"`
 	Frame   int64   `json:"frame"`
 	Scale   float64 `json:"scale"`
+}
+
+// PoolRequest is the body of POST /pools.
+type PoolRequest struct {
+	Name string `json:"name" doc:"DNS-1123 label"`
+	Size int    `json:"size" openapi:"minimum=0" doc:"ready sandboxes kept, 0 to 256"`
+	Max  int    `json:"max,omitempty" openapi:"minimum=0" doc:"bound on ready plus starting sandboxes, size to 256; 0 or absent: size"`
+	// Sandbox is the spec of the pool's sandboxes.
+	Sandbox CreateSandboxRequest `json:"sandbox"`
+}
+
+// Pool is a warm pool with its counts (GET /pools/{name}).
+type Pool struct {
+	Name      string               `json:"name"`
+	Size      int                  `json:"size"`
+	Max       int                  `json:"max"`
+	Sandbox   CreateSandboxRequest `json:"sandbox" doc:"the spec the pool was defined with"`
+	CreatedAt float64              `json:"created_at"`
+	Ready     int                  `json:"ready" doc:"unclaimed sandboxes ready to hand over"`
+	Starting  int                  `json:"starting"`
+	Claims    int                  `json:"claims" doc:"creates served by a ready sandbox"`
+	Misses    int                  `json:"misses" doc:"creates that found the pool empty and started cold"`
+}
+
+// PoolList is the body of GET /pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
+}
+
+// DeletePoolResponse is the body of DELETE /pools/{name}.
+type DeletePoolResponse struct {
+	Status string `json:"status"`
+	// Drained counts the unclaimed sandboxes deleted.
+	Drained int `json:"drained"`
 }

@@ -79,13 +79,16 @@ const (
 // BrowserOptions are the `browser` settings of a create request; the
 // browser daemon in the sandbox starts its session from them.
 type BrowserOptions struct {
-	Viewport          Viewport `json:"viewport" doc:"CSS pixels, each side 0 (the default: 1280×720) to 16384"`
-	UserAgent         string   `json:"user_agent,omitempty"`
-	Locale            string   `json:"locale,omitempty" doc:"the browser's language and Intl locale (\"en-US\")"`
-	Timezone          string   `json:"timezone,omitempty" doc:"IANA time zone pages see (\"Europe/Berlin\")"`
-	Headless          *bool    `json:"headless,omitempty" doc:"default true"`
-	AutoAcceptDialogs bool     `json:"auto_accept_dialogs,omitempty"`
-	FocusNewTabs      bool     `json:"focus_new_tabs,omitempty"`
+	Viewport Viewport `json:"viewport" doc:"CSS pixels, each side 0 (the default: 1280×720) to 16384"`
+	// StartURL is the page the browser opens once it runs (and a warm
+	// pool's claim navigates to).
+	StartURL          string `json:"start_url,omitempty" doc:"http(s) page the browser opens at start; a pool claim opens it at the claim"`
+	UserAgent         string `json:"user_agent,omitempty"`
+	Locale            string `json:"locale,omitempty" doc:"the browser's language and Intl locale (\"en-US\")"`
+	Timezone          string `json:"timezone,omitempty" doc:"IANA time zone pages see (\"Europe/Berlin\")"`
+	Headless          *bool  `json:"headless,omitempty" doc:"default true"`
+	AutoAcceptDialogs bool   `json:"auto_accept_dialogs,omitempty"`
+	FocusNewTabs      bool   `json:"focus_new_tabs,omitempty"`
 	// Engine picks the binary: EngineAuto, EngineChromium or
 	// EngineHeadlessShell.
 	Engine string `json:"engine,omitempty" doc:"\"chromium\", \"headless-shell\" or absent (the headless shell when headless and installed)"`
@@ -124,6 +127,9 @@ func (o *BrowserOptions) Validate() []FieldError {
 		if side.v < 0 || side.v > MaxViewport {
 			e.value(side.v, fmt.Sprintf("viewport %s must be 0 (the default) to %d CSS pixels", side.name, MaxViewport), "viewport", side.name)
 		}
+	}
+	if o.StartURL != "" && !strings.HasPrefix(o.StartURL, "http://") && !strings.HasPrefix(o.StartURL, "https://") {
+		e.value(o.StartURL, "start_url must be an http:// or https:// URL", "start_url")
 	}
 	switch o.Engine {
 	case EngineAuto, EngineChromium:

@@ -405,7 +405,8 @@ func (s *Session) scroll(ctx context.Context, t *tab, fi frameInfo, a Action) er
 			return err
 		}
 	default:
-		x, y = float64(s.opts.Viewport.Width)/2, float64(s.opts.Viewport.Height)/2
+		vp := s.viewport()
+		x, y = float64(vp.Width)/2, float64(vp.Height)/2
 	}
 	sc := fi.scale
 	if sc <= 0 {

@@ -251,7 +251,7 @@ func (s *Session) dialogObservation(ctx context.Context, t *tab, d *Dialog, star
 		URL:       url,
 		Title:     title,
 		Tabs:      s.Tabs(),
-		Viewport:  ViewportState{Width: s.opts.Viewport.Width, Height: s.opts.Viewport.Height},
+		Viewport:  ViewportState{Width: s.viewport().Width, Height: s.viewport().Height},
 		Dialog:    d,
 		Downloads: s.Downloads(),
 		Timing:    ObserveTiming{TotalMS: msSince(start)},

@@ -67,6 +67,8 @@ type Session struct {
 	bgStopped bool
 
 	frameSeq atomic.Int64
+	// vp is the viewport SetViewport set; nil: opts.Viewport.
+	vp atomic.Pointer[Viewport]
 
 	liveMu sync.Mutex // guards casts and each cast's viewer count
 	// casts are the running live views, one per quality and width.
@@ -726,4 +728,34 @@ func (s *Session) Tabs() []Tab {
 		t.mu.Unlock()
 	}
 	return out
+}
+
+// viewport is the size of every tab: the options', or the one SetViewport
+// set since.
+func (s *Session) viewport() Viewport {
+	if v := s.vp.Load(); v != nil {
+		return *v
+	}
+	return s.opts.Viewport
+}
+
+// SetViewport resizes every open tab and every tab opened later to v (a
+// warm pool's claim gives its sandbox the viewport the client asked for).
+func (s *Session) SetViewport(ctx context.Context, v Viewport) error {
+	if v.Width <= 0 || v.Height <= 0 || v.Width > api.MaxViewport || v.Height > api.MaxViewport {
+		return errInvalid("viewport must be 1 to %d CSS pixels each side", api.MaxViewport)
+	}
+	s.vp.Store(&v)
+	s.mu.Lock()
+	tabs := slices.Clone(s.tabs)
+	s.mu.Unlock()
+	for _, t := range tabs {
+		if err := t.waitReady(ctx); err != nil {
+			continue // a tab that never attached has nothing to resize
+		}
+		if err := t.applyViewport(ctx, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

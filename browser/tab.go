@@ -146,16 +146,24 @@ var shellFonts = page.FontFamilies{
 	SansSerif: "Arial", Cursive: "Comic Sans MS", Fantasy: "Impact",
 }
 
+// applyViewport sizes the tab's viewport (and screen) to v.
+func (t *tab) applyViewport(ctx context.Context, v Viewport) error {
+	if _, err := cdp.Call(ctx, t.target, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+		Width: int64(v.Width), Height: int64(v.Height), DeviceScaleFactor: 1,
+		ScreenWidth: int64(v.Width), ScreenHeight: int64(v.Height),
+	}); err != nil {
+		return fmt.Errorf("set viewport: %w", err)
+	}
+	return nil
+}
+
 // setup applies the session's emulation to a freshly attached tab. The
 // viewport is set explicitly: in new headless, --window-size gives a
 // smaller viewport than asked.
 func (t *tab) setup(ctx context.Context) error {
 	o := t.s.opts
-	if _, err := cdp.Call(ctx, t.target, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
-		Width: int64(o.Viewport.Width), Height: int64(o.Viewport.Height), DeviceScaleFactor: 1,
-		ScreenWidth: int64(o.Viewport.Width), ScreenHeight: int64(o.Viewport.Height),
-	}); err != nil {
-		return fmt.Errorf("set viewport: %w", err)
+	if err := t.applyViewport(ctx, t.s.viewport()); err != nil {
+		return err
 	}
 	if o.UserAgent != "" || o.Locale != "" {
 		ua := o.UserAgent

@@ -165,3 +165,33 @@ func waitQuery(timeout, def time.Duration) (url.Values, time.Duration) {
 	secs := int64(math.Ceil(timeout.Seconds()))
 	return url.Values{"timeout": {strconv.FormatInt(secs, 10)}}, time.Duration(secs) * time.Second
 }
+
+// CreatePool defines a warm pool. A CreateSandbox whose request names it
+// (Pool) or matches its spec is then served by a ready sandbox.
+func (c *Client) CreatePool(ctx context.Context, req api.PoolRequest) (api.Pool, error) {
+	var out api.Pool
+	err := c.do(ctx, call{method: http.MethodPost, path: "/pools", body: req, out: &out})
+	return out, err
+}
+
+// ListPools returns every warm pool with its counts.
+func (c *Client) ListPools(ctx context.Context) ([]api.Pool, error) {
+	var out api.PoolList
+	err := c.do(ctx, call{method: http.MethodGet, path: "/pools", out: &out, idempotent: true})
+	return out.Pools, err
+}
+
+// GetPool returns one warm pool with its counts.
+func (c *Client) GetPool(ctx context.Context, name string) (api.Pool, error) {
+	var out api.Pool
+	err := c.do(ctx, call{method: http.MethodGet, path: "/pools/" + url.PathEscape(name), out: &out, idempotent: true})
+	return out, err
+}
+
+// DeletePool deletes a warm pool and its unclaimed sandboxes (claimed
+// ones stay) and returns how many it deleted.
+func (c *Client) DeletePool(ctx context.Context, name string) (int, error) {
+	var out api.DeletePoolResponse
+	err := c.do(ctx, call{method: http.MethodDelete, path: "/pools/" + url.PathEscape(name), out: &out, idempotent: true})
+	return out.Drained, err
+}

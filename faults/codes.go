@@ -18,6 +18,10 @@ const (
 	CodeJobNotFound     = "job.not_found"
 	CodeJobCanceled     = "job.canceled"
 	CodeSandboxExists   = "sandbox.exists"
+	// Warm pools (POST /pools).
+	CodePoolNotFound    = "pool.not_found"
+	CodePoolExists      = "pool.exists"
+	CodePoolMismatch    = "pool.spec_mismatch"
 	CodeSandboxNotReady = "sandbox.not_ready"
 	// CodeSandboxPaused: the sandbox is paused (POST /sandboxes/{id}/pause);
 	// its processes, the agent among them, answer nothing until resumed.

@@ -81,11 +81,13 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	retries  *prometheus.CounterVec
 	kubeAPI  *prometheus.CounterVec
+	pools    *prometheus.CounterVec
 	breaker  *gaugeFunc
 	sandbox  *gaugeFunc
 
 	route, category, source, code, layer *label
 	kubeVerb, kubeResource               *label
+	pool                                 *label
 }
 
 // New returns metrics registered on a fresh registry together with the Go
@@ -114,6 +116,10 @@ func New() *Metrics {
 			Name: "orchard_kube_api_requests_total",
 			Help: "Calls of the Kubernetes runtime to the API server, by verb, resource and status class (the informer's list and watch included).",
 		}, []string{"verb", "resource", "status"}),
+		pools: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchard_pool_claims_total",
+			Help: "Creates that named or matched a warm pool, by pool and result: claim (a ready sandbox handed over) or miss (the pool was empty; a cold create).",
+		}, []string{"pool", "result"}),
 		breaker: newGaugeFunc("orchard_breaker_state", "Hosts per circuit-breaker state.",
 			[]*label{newLabel("state", len(breakerStates), isIdent)}, seeds1(breakerStates)),
 		sandbox: newGaugeFunc("orchard_sandboxes", "Sandboxes by kind and status.",
@@ -125,6 +131,11 @@ func New() *Metrics {
 		code:     newLabel("code", maxCodes, isIdent),
 		layer:    newLabel("layer", maxLayers, isIdent),
 		kubeVerb: newLabel("verb", 16, isIdent),
+		// Pool names are DNS-1123 labels the operator chose: few, and
+		// bounded here all the same.
+		pool: newLabel("pool", maxPools, func(v string) bool {
+			return isIdent(strings.ReplaceAll(v, "-", "_"))
+		}),
 		kubeResource: newLabel("resource", 32, func(v string) bool {
 			return isIdent(strings.ReplaceAll(v, "/", "."))
 		}),
@@ -132,7 +143,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.errors, m.retries, m.kubeAPI, m.breaker, m.sandbox,
+		m.requests, m.duration, m.errors, m.retries, m.kubeAPI, m.pools, m.breaker, m.sandbox,
 	)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		// A failing source (the store) drops its own series; the rest
@@ -209,6 +220,21 @@ func boundClass(s string) string {
 		return s
 	}
 	return "error"
+}
+
+// maxPools bounds the pool label's values (orchard_pool_claims_total).
+const maxPools = 64
+
+// Results of a pool claim (ObservePoolClaim).
+const (
+	PoolClaim = "claim"
+	PoolMiss  = "miss"
+)
+
+// ObservePoolClaim counts a create that went to pool: PoolClaim when it
+// got a ready sandbox, PoolMiss when the pool was empty.
+func (m *Metrics) ObservePoolClaim(pool, result string) {
+	m.pools.WithLabelValues(m.pool.value(pool), result).Inc()
 }
 
 // ObserveRetry counts one retried attempt in layer (RetryNavigation,

@@ -161,14 +161,14 @@ func (s *Server) createSandbox(c *gin.Context) error {
 	if err := s.sandboxParams(&p, req, "body"); err != nil {
 		return err
 	}
-	rec, err := s.mgr.Create(c.Request.Context(), p)
+	rec, err := s.createOrClaim(c, p, req)
 	if err != nil {
 		return err
 	}
 	c.JSON(http.StatusOK, api.CreateSandboxResponse{
 		SandboxID: rec.ID, Namespace: rec.Namespace, Image: rec.Image, BlockNetwork: rec.BlockNetwork,
 		CPU: rec.CPU, Memory: rec.Memory, Timeout: rec.CreationTimeout, Status: rec.Status, Kind: rec.Kind,
-		EphemeralStorage: rec.EphemeralStorage,
+		EphemeralStorage: rec.EphemeralStorage, Ready: rec.Ready, Pool: rec.Pool,
 	})
 	return nil
 }
@@ -535,6 +535,10 @@ func (s *Server) resources(c *gin.Context) error {
 	recs, err := s.mgr.List(c.Request.Context(), nil, "", "")
 	if err != nil {
 		return err
+	}
+	// Warm pools' unclaimed sandboxes are no one's, but use the machine.
+	if members, err := s.mgr.PoolMembers(c.Request.Context()); err == nil {
+		recs = append(recs, members...)
 	}
 	out := resources{Status: "ok", Nodes: []node{{Name: host, Capacity: capQ, Allocatable: capQ}},
 		TotalCapacity: capQ, TotalAllocatable: capQ, SandboxPods: []sandboxUsed{}}

@@ -150,6 +150,7 @@ func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 	})
 	s.routes = append(append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...), s.uiRoutes()...)
 	s.routes = append(s.routes, s.snapshotRoutes()...)
+	s.routes = append(s.routes, s.poolRoutes()...)
 	for _, r := range s.routes {
 		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody, r.public, r.stream)}
 		if !r.public {

@@ -41,6 +41,31 @@ type Sandbox struct {
 	// sandbox it was forked from.
 	Snapshot string `json:"snapshot,omitempty"`
 	ForkOf   string `json:"fork_of,omitempty"`
+	// RuntimeID is the runtime's name of the sandbox when it differs from
+	// ID (a warm-pool sandbox claimed under an id its client chose: the
+	// runtime's id names its directory, socket and container and cannot
+	// change); empty: ID. Every runtime call goes through RuntimeName.
+	RuntimeID string `json:"runtime_id,omitempty"`
+	// Pool names the warm pool that made the sandbox, if one did.
+	Pool string `json:"pool,omitempty"`
+	// PoolState is PoolMember while the sandbox waits in its pool
+	// unclaimed (not the user's: not listed, no heartbeat cleanup),
+	// PoolMoving while a claim moves it to another id, "" once claimed.
+	PoolState string `json:"pool_state,omitempty"`
+}
+
+// Pool states (Sandbox.PoolState).
+const (
+	PoolMember = "member"
+	PoolMoving = "moving"
+)
+
+// RuntimeName is the id the runtime knows the sandbox by.
+func (s Sandbox) RuntimeName() string {
+	if s.RuntimeID != "" {
+		return s.RuntimeID
+	}
+	return s.ID
 }
 
 // Clone returns a deep copy.

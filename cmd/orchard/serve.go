@@ -196,6 +196,11 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	cfg.Manager.Browser = true
 	cfg.Manager.Desktop = true
 	cfg.Manager.AdoptOrphans = cfg.Store == "memory"
+	if cfg.Store == "memory" && cfg.Manager.PoolsFile == "" {
+		// Redis keeps the pools' definitions itself; the memory store
+		// dies with the process, so they are kept beside its sandboxes.
+		cfg.Manager.PoolsFile = filepath.Join(stateDir, "pools.json")
+	}
 	cfg.Manager.OnRetry = cfg.Server.Metrics.ObserveRetry
 	agents := agentclient.NewPool(0)
 	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)

@@ -84,6 +84,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 	known := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		known[r.ID] = true
+		known[r.RuntimeName()] = true // a claimed pool sandbox's container
 		age := now.Sub(unixTime(r.CreatedAt))
 		ttl := m.cfg.SandboxTTL
 		if r.TTLSeconds > 0 {
@@ -95,7 +96,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 			why = "ttl expired"
 		case !r.Ready && age > api.Seconds(r.CreationTimeout)+m.cfg.PendingTimeoutBuffer:
 			why = "pending timeout"
-		case m.cfg.HeartbeatCleanupEnabled && r.Ready && r.Status != api.StatusPaused && r.LastHeartbeat != nil &&
+		case m.cfg.HeartbeatCleanupEnabled && r.PoolState == "" && r.Ready && r.Status != api.StatusPaused && r.LastHeartbeat != nil &&
 			now.Sub(unixTime(*r.LastHeartbeat)) > m.cfg.HeartbeatTimeout:
 			why = "heartbeat timeout"
 		}
@@ -105,6 +106,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 				m.log.Warn("cleanup: delete", "sandbox_id", r.ID, "err", err)
 			}
 			known[r.ID] = false
+			known[r.RuntimeName()] = false
 		}
 	}
 
@@ -146,8 +148,8 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}
 	}
 	for _, r := range recs {
-		if known[r.ID] && (r.Status == api.StatusReady || r.Status == api.StatusPaused) && !live[r.ID] {
-			m.failVanished(ctx, r.ID)
+		if known[r.ID] && (r.Status == api.StatusReady || r.Status == api.StatusPaused) && !live[r.RuntimeName()] {
+			m.failVanished(ctx, r.ID, r.RuntimeName())
 		}
 	}
 }
@@ -156,7 +158,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 // is gone (deleted outside Orchard, or lost with its node), rather than
 // dropping it: a client holding the id learns what happened instead of
 // meeting a 404, and the record goes at its TTL like any other.
-func (m *Manager) failVanished(ctx context.Context, id string) {
+func (m *Manager) failVanished(ctx context.Context, id, rid string) {
 	f := faults.New(faults.CodeSandboxDied, faults.Unavailable, faults.Sandbox,
 		"Pod not found: the sandbox's container was removed outside Orchard")
 	_, err := m.st.UpdateSandbox(ctx, id, func(r *store.Sandbox) error {
@@ -172,7 +174,7 @@ func (m *Manager) failVanished(ctx context.Context, id string) {
 		return
 	}
 	m.log.Info("reconcile: failed the record of a vanished sandbox", "sandbox_id", id)
-	m.detachEgress(id)
+	m.detachEgress(rid)
 	_ = m.st.Publish(ctx, store.SandboxTopic(id))
 }
 
@@ -185,6 +187,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	adoptPooled, poolsDone := m.recoverPools(ctx)
+	defer poolsDone()
 	for _, inst := range insts {
 		if inst.Alive && inst.Spec.ID != "" {
 			// Network-enabled sandboxes get their egress back at once.
@@ -197,6 +201,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 			// A store that outlives server processes still has the records
 			// of every sandbox; a container without one is being deleted
 			// or an orphan, which the cleanup leader removes.
+			continue
+		}
+		if inst.Alive && adoptPooled(inst) {
 			continue
 		}
 		if !inst.Alive || inst.Spec.ID == "" {

@@ -490,7 +490,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 		}
 	}
 
-	oomBefore, oomCounted := m.oomKills(rec.ID)
+	oomBefore, oomCounted := m.oomKills(rec.RuntimeName())
 	req := api.AgentExecRequest{
 		Command: p.Command, TimeoutSeconds: p.TimeoutSeconds, Cwd: p.Cwd, Env: p.Env,
 		LoginShell: p.LoginShell, MaxOutputBytes: m.cfg.MaxOutputBytes,
@@ -506,7 +506,7 @@ func (m *Manager) runJob(ctx context.Context, cancel context.CancelCauseFunc, re
 	if err == nil {
 		ex = &exit
 		if oomCounted && (exit.ExitCode == -9 || exit.ExitCode == 137) {
-			if after, ok := m.oomKills(rec.ID); ok && after > oomBefore {
+			if after, ok := m.oomKills(rec.RuntimeName()); ok && after > oomBefore {
 				err = faults.New(faults.CodeOOM, faults.ActionFailed, faults.Sandbox,
 					fmt.Sprintf("Command was killed: out of memory (sandbox memory limit %s)", rec.Memory))
 			}
@@ -597,7 +597,7 @@ func (m *Manager) execWithRetry(ctx context.Context, rec store.Sandbox, req api.
 		if !ok { // the connect-retry window is spent
 			return exit, err
 		}
-		if inst, ierr := m.rt.Inspect(ctx, rec.ID); ierr != nil || !inst.Alive {
+		if inst, ierr := m.rt.Inspect(ctx, rec.RuntimeName()); ierr != nil || !inst.Alive {
 			if ierr == nil {
 				f := deathFault(inst.Reason)
 				return exit, faults.FromInfo(faults.Info{Category: faults.Category(f.Category), Source: faults.Source(f.Source),

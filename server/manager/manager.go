@@ -117,6 +117,10 @@ type Config struct {
 	SnapshotMaxBytes int64
 	// ForkMax caps the branches of one fork (ORCHARD_FORK_MAX); default 32.
 	ForkMax int
+	// PoolsFile keeps the warm pools' definitions and claims across
+	// restarts when the store is the process's memory (under the state
+	// directory); empty with a store that outlives processes.
+	PoolsFile string
 }
 
 func (c *Config) setDefaults() {
@@ -187,6 +191,7 @@ type Manager struct {
 	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
 	pauses   keyedMutex                                    // serialises Pause and Resume per sandbox
 	pruneMu  sync.Mutex                                    // one layer prune at a time
+	pl       pools                                         // warm pools (pools.go)
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
@@ -273,6 +278,8 @@ type CreateParams struct {
 	// StartExec runs in the sandbox before it is ready and before its
 	// browser state is restored.
 	StartExec []string
+	// pool names the warm pool a create fills (pools.go).
+	pool string
 }
 
 // maxOOMFaultMemory bounds the limit an injected oom fault fills: filling
@@ -288,6 +295,9 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	}
 	if p.Kind == "" {
 		p.Kind = api.KindShell
+	}
+	if err := checkReservedLabels(p); err != nil {
+		return store.Sandbox{}, err
 	}
 	if p.Kind != api.KindShell && !(p.Kind == api.KindBrowser && m.cfg.Browser) && !(p.Kind == api.KindDesktop && m.cfg.Desktop) {
 		return store.Sandbox{}, faults.Newf(faults.CodeKindUnsupported, faults.NotImplemented, faults.Client,
@@ -356,6 +366,9 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		CreationTimeout: p.Timeout, TTLSeconds: p.TTLSeconds, Labels: p.Labels, Env: p.Env,
 		Snapshot: p.Snapshot, ForkOf: p.forkOf,
 	}
+	if p.pool != "" {
+		rec.Pool, rec.PoolState = p.pool, store.PoolMember
+	}
 	ids := idRetry
 	ids.Retryable = func(err error) bool { return generated && faults.Is(err, faults.CodeSandboxExists) }
 	if res, err := retry.Do(ctx, ids, func(ctx context.Context, attempt int) error {
@@ -371,7 +384,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 	}
 	spec := runtime.Spec{
 		ID: rec.ID, Kind: p.Kind, Image: p.Image, CPU: cpu, MemoryBytes: mem, EphemeralStorageBytes: storage,
-		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.Labels,
+		BlockNetwork: p.BlockNetwork, Env: p.Env, Labels: p.runtimeLabels(),
 		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, EphemeralStorageQuantity: p.EphemeralStorage,
 		TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
 		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode, Layers: p.layers,
@@ -491,6 +504,13 @@ func (m *Manager) createWithRetry(ctx context.Context, spec runtime.Spec) (runti
 }
 
 func (m *Manager) createWithSlot(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
+	if spec.Labels[PoolLabel] != "" { // a pool's refill: within the pools' share
+		release, err := m.poolSlot(ctx)
+		if err != nil {
+			return runtime.Instance{}, err
+		}
+		defer release()
+	}
 	select {
 	case m.creates <- struct{}{}:
 	case <-ctx.Done():
@@ -511,6 +531,9 @@ func (m *Manager) Get(ctx context.Context, id string) (store.Sandbox, error) {
 	if err != nil {
 		return rec, err
 	}
+	if rec.PoolState != "" { // a pool's, not yet anyone's
+		return store.Sandbox{}, store.ErrSandboxNotFound(id)
+	}
 	return m.live(ctx, rec), nil
 }
 
@@ -518,7 +541,7 @@ func (m *Manager) live(ctx context.Context, rec store.Sandbox) store.Sandbox {
 	if rec.Status != api.StatusReady && rec.Status != api.StatusPaused {
 		return rec
 	}
-	inst, err := m.rt.Inspect(ctx, rec.ID)
+	inst, err := m.rt.Inspect(ctx, rec.RuntimeName())
 	switch {
 	case err != nil && faults.Of(err).Category == faults.NotFound:
 		rec.Status, rec.StatusMessage = api.StatusNotFound, "Pod not found"
@@ -542,6 +565,7 @@ const deathSettle = time.Second
 // dead, nil while it lives.
 func (m *Manager) DeathFault(ctx context.Context, id string) *faults.Error {
 	deadline := time.Now().Add(deathSettle)
+	id = m.runtimeName(ctx, id)
 	for {
 		inst, err := m.rt.Inspect(ctx, id)
 		if err == nil && !inst.Alive {
@@ -591,7 +615,7 @@ next:
 				continue next
 			}
 		}
-		if kind != "" && r.Kind != kind {
+		if kind != "" && r.Kind != kind || r.PoolState != "" {
 			continue
 		}
 		r = m.live(ctx, r)
@@ -651,6 +675,7 @@ func (m *Manager) Wait(ctx context.Context, id string, timeout int) (store.Sandb
 // Delete removes the record now and tears the sandbox down in the
 // background. Unknown ids are fine (idempotent, as Orchard).
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	rid := m.runtimeName(ctx, id)
 	stacked := false // the sandbox started from a snapshot or a fork: its layers may be unused now
 	if _, ok := m.rt.(runtime.Snapshotter); ok {
 		if rec, err := m.st.GetSandbox(ctx, id); err == nil {
@@ -668,10 +693,10 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	for _, cancel := range m.jobs[id] {
 		cancel(faults.New(faults.CodeSandboxGone, faults.Canceled, faults.Client, "sandbox was deleted"))
 	}
-	prev, done := m.deleting[id], make(chan struct{})
-	m.deleting[id] = done
+	prev, done := m.deleting[rid], make(chan struct{})
+	m.deleting[rid] = done
 	m.mu.Unlock()
-	m.detachEgress(id)
+	m.detachEgress(rid)
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
@@ -681,19 +706,28 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		}
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := m.rt.Delete(dctx, id); err != nil {
+		if err := m.rt.Delete(dctx, rid); err != nil {
 			m.log.Error("delete sandbox", "sandbox_id", id, "err", err)
 		} else if stacked {
 			m.pruneSoon()
 		}
 		m.mu.Lock()
 		delete(m.locks, id)
-		if m.deleting[id] == done {
-			delete(m.deleting, id)
+		if m.deleting[rid] == done {
+			delete(m.deleting, rid)
 		}
 		m.mu.Unlock()
 	}()
 	return nil
+}
+
+// runtimeName is the runtime's id of sandbox id (store.Sandbox.RuntimeName):
+// id itself when it has no record.
+func (m *Manager) runtimeName(ctx context.Context, id string) string {
+	if rec, err := m.st.GetSandbox(ctx, id); err == nil {
+		return rec.RuntimeName()
+	}
+	return id
 }
 
 func (m *Manager) attachEgress(spec runtime.Spec, addr string) {

@@ -52,10 +52,11 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (store.S
 		return rec, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client,
 			"Sandbox %s is %s: only a ready sandbox can be paused, and only a paused one resumed", id, rec.Status)
 	}
+	rid := rec.RuntimeName()
 	if pause {
-		err = p.Pause(ctx, id)
+		err = p.Pause(ctx, rid)
 	} else {
-		err = p.Resume(ctx, id)
+		err = p.Resume(ctx, rid)
 	}
 	if err != nil {
 		return rec, err
@@ -77,7 +78,7 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (store.S
 		// The record went (deleted) or failed meanwhile: leave the sandbox
 		// as its record says, running, so a delete's teardown is not held.
 		if pause {
-			_ = p.Resume(context.WithoutCancel(ctx), id)
+			_ = p.Resume(context.WithoutCancel(ctx), rid)
 		}
 		return rec, err
 	}

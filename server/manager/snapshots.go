@@ -2,6 +2,7 @@ package manager
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -34,9 +35,12 @@ import (
 
 // snapMeta is the metadata kept with a snapshot's layer.
 type snapMeta struct {
-	Internal bool               `json:"internal,omitempty"`
-	Labels   map[string]string  `json:"labels,omitempty"`
-	Source   api.SnapshotSource `json:"source"`
+	Internal bool `json:"internal,omitempty"`
+	// SandboxID is the sandbox's id as its clients know it (the layer's
+	// source is the runtime's, which a claimed pool sandbox's is not).
+	SandboxID string             `json:"sandbox_id,omitempty"`
+	Labels    map[string]string  `json:"labels,omitempty"`
+	Source    api.SnapshotSource `json:"source"`
 }
 
 // Snapshot limits.
@@ -94,11 +98,11 @@ func (m *Manager) saveSnapshot(ctx context.Context, id, name string, labels map[
 		return runtime.Layer{}, snapMeta{}, faults.Newf(faults.CodeSandboxNotReady, faults.Conflict, faults.Client,
 			"Sandbox %s is %s: only a ready or paused sandbox can be snapshotted", id, rec.Status)
 	}
-	inst, err := m.rt.Inspect(ctx, id)
+	inst, err := m.rt.Inspect(ctx, rec.RuntimeName())
 	if err != nil {
 		return runtime.Layer{}, snapMeta{}, err
 	}
-	meta := snapMeta{Internal: internal, Labels: labels, Source: api.SnapshotSource{
+	meta := snapMeta{Internal: internal, Labels: labels, SandboxID: id, Source: api.SnapshotSource{
 		Kind: rec.Kind, Image: rec.Image, KindOptions: json.RawMessage(inst.Spec.KindOptions), Labels: rec.Labels,
 	}}
 	if rec.Kind == api.KindBrowser {
@@ -116,7 +120,7 @@ func (m *Manager) saveSnapshot(ctx context.Context, id, name string, labels map[
 	if err != nil {
 		return runtime.Layer{}, snapMeta{}, err
 	}
-	ly, err := sn.SaveLayer(ctx, id, name, b, m.cfg.SnapshotMaxBytes)
+	ly, err := sn.SaveLayer(ctx, rec.RuntimeName(), name, b, m.cfg.SnapshotMaxBytes)
 	if err != nil {
 		return runtime.Layer{}, snapMeta{}, err
 	}
@@ -204,7 +208,7 @@ func snapshotJSON(l runtime.Layer, meta snapMeta, all map[string]runtime.Layer) 
 		total += all[p].Bytes
 	}
 	s := api.Snapshot{
-		SnapshotID: l.Name, SandboxID: l.Source, Kind: meta.Source.Kind, Image: meta.Source.Image,
+		SnapshotID: l.Name, SandboxID: cmp.Or(meta.SandboxID, l.Source), Kind: meta.Source.Kind, Image: meta.Source.Image,
 		CreatedAt: float64(l.CreatedAt.UnixNano()) / 1e9, Bytes: l.Bytes, TotalBytes: total,
 		BrowserState: len(meta.Source.BrowserState) > 0, Labels: meta.Labels,
 	}
@@ -386,7 +390,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) ([]s
 	if err != nil {
 		return nil, err
 	}
-	inst, err := m.rt.Inspect(ctx, id)
+	inst, err := m.rt.Inspect(ctx, rec.RuntimeName())
 	if err != nil {
 		return nil, err
 	}

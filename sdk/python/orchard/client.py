@@ -258,18 +258,22 @@ class Client:
 
     # -- sandboxes -------------------------------------------------------
 
-    def create_sandbox(self, kind=None, image=None, wait=True, wait_timeout=300, **fields):
+    def create_sandbox(self, kind=None, image=None, wait=True, wait_timeout=300, pool=None, **fields):
         """Create a sandbox (fields as POST /sandboxes takes them: browser,
         desktop, egress, env, labels, ttl_seconds, faults, block_network,
-        cpu, memory, snapshot, ...) and, with wait, return it once ready. A
-        sandbox that fails to start is deleted and its fault raised. Kind
-        and image default to shell and host, or to the snapshot's."""
+        cpu, memory, snapshot, exec, ...) and, with wait, return it once
+        ready. A sandbox that fails to start is deleted and its fault
+        raised. Kind and image default to shell and host, or to the
+        snapshot's. pool claims a ready sandbox of that warm pool (a create
+        whose fields match a pool's spec claims from it without naming it)."""
         body = {"block_network": fields.pop("block_network", True)}
         if kind is not None or "snapshot" not in fields:
             body["kind"] = kind or "shell"
         if image is not None or "snapshot" not in fields:
             body["image"] = image or "host"
         body.update(fields)
+        if pool is not None:
+            body["pool"] = pool
         info = self.json("POST", "/sandboxes", body)
         sb = Sandbox(self, info)
         if wait:
@@ -299,6 +303,31 @@ class Client:
         if labels:
             q["labels"] = ",".join(f"{k}={v}" for k, v in labels.items())
         return [Sandbox(self, s) for s in self.json("GET", "/sandboxes", query=q)["sandboxes"]]
+
+    # -- warm pools --------------------------------------------------------
+
+    def create_pool(self, name, size, max=None, kind="shell", image="host", **fields):
+        """Define a warm pool of size ready sandboxes made from the fields
+        of a create (as create_sandbox takes them); max bounds ready plus
+        starting ones (default size). Returns the pool with its counts."""
+        sandbox = {"image": image, "kind": kind, "block_network": fields.pop("block_network", True)}
+        sandbox.update(fields)
+        body = {"name": name, "size": size, "sandbox": sandbox}
+        if max is not None:
+            body["max"] = max
+        return self.json("POST", "/pools", body)
+
+    def list_pools(self):
+        """Every pool with its counts: ready, starting, claims, misses."""
+        return self.json("GET", "/pools")["pools"]
+
+    def pool(self, name):
+        return self.json("GET", f"/pools/{_seg(name)}")
+
+    def delete_pool(self, name):
+        """Delete a pool and its unclaimed sandboxes (claimed ones stay);
+        returns how many it deleted."""
+        return self.json("DELETE", f"/pools/{_seg(name)}")["drained"]
 
     # -- tasks, episodes, recordings ----------------------------------------
 

@@ -77,6 +77,27 @@ class Live(unittest.TestCase):
             sb.refresh()
         self.assertEqual(e.exception.status, 404)
 
+    def test_pool(self):
+        # A memory no other test asks for: their creates must not match it.
+        pool = self.c.create_pool("py-pool", 1, memory="300Mi")
+        self.addCleanup(self.c.delete_pool, "py-pool")
+        self.assertEqual((pool["name"], pool["size"], pool["max"]), ("py-pool", 1, 1))
+        deadline = time.monotonic() + 60
+        while self.c.pool("py-pool")["ready"] < 1:
+            self.assertLess(time.monotonic(), deadline, self.c.pool("py-pool"))
+            time.sleep(0.05)
+        with self.c.create_sandbox(memory="300Mi", pool="py-pool", labels={"from": "pool"}) as sb:
+            self.assertEqual(sb.status, "ready")
+            self.assertEqual(sb.exec("echo warm")["stdout"], "warm\n")
+            self.assertEqual(sb.refresh().info["labels"], {"from": "pool"})
+        self.assertEqual([p["claims"] for p in self.c.list_pools() if p["name"] == "py-pool"], [1])
+        with self.assertRaises(OrchardError) as e:
+            self.c.create_sandbox(memory="400Mi", pool="py-pool")
+        self.assertEqual((e.exception.status, e.exception.code), (422, "pool.spec_mismatch"))
+        with self.assertRaises(OrchardError) as e:
+            self.c.pool("no-such-pool")
+        self.assertEqual((e.exception.status, e.exception.code), (404, "pool.not_found"))
+
     def test_pause_resume(self):
         with self.c.create_sandbox() as sb:
             sb.exec("echo kept > /tmp/f")
