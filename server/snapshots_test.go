@@ -138,6 +138,15 @@ func TestSnapshotsAndFork(t *testing.T) {
 		t.Errorf("after restart the snapshot gives %q", got)
 	}
 
+	// A warm pool of sandboxes from the snapshot serves creates from it.
+	createPool(t, srv, "from-snap", 1, map[string]any{"snapshot": snap, "block_network": true})
+	awaitPool(t, srv, "from-snap", full)
+	pooled := claim(t, srv, map[string]any{"snapshot": snap, "block_network": true})
+	if got := sh(t, srv, pooled, "cat /workspace/state"); got != "v1\n" {
+		t.Errorf("a pool sandbox from the snapshot gives %q", got)
+	}
+	want(t, call(t, srv, "DELETE", "/pools/from-snap", nil), 200)
+
 	// Deleted: not listed, not usable; what started from it goes on.
 	r = call(t, srv, "DELETE", "/snapshots/"+snap, nil)
 	want(t, r, 200)
