@@ -47,25 +47,7 @@ func BenchmarkFork(b *testing.B) {
 			}
 		}))
 		cold = append(cold, timed(func() {
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			for range branches {
-				wg.Go(func() {
-					code, res := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "memory": "256Mi"})
-					if code != 200 {
-						b.Errorf("create: %d %v", code, res)
-						return
-					}
-					id := res["sandbox_id"].(string)
-					if w := getWait(b, srv, id); w["status"] != "ready" {
-						b.Errorf("wait: %v", w)
-					}
-					mu.Lock()
-					ids = append(ids, id)
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
+			ids = append(ids, coldCreates(b, srv, branches, map[string]any{"image": "host", "block_network": true, "memory": "256Mi"})...)
 		}))
 		var snapID string
 		snap = append(snap, timed(func() {
@@ -143,25 +125,7 @@ func BenchmarkForkBrowser(b *testing.B) {
 			}
 		}))
 		cold = append(cold, timed(func() {
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			for range branches {
-				wg.Go(func() {
-					code, res := post(b, srv, "/sandboxes", map[string]any{"image": "host", "block_network": true, "kind": "browser", "exec": []string{sitesCmd}})
-					if code != 200 {
-						b.Errorf("create: %d %v", code, res)
-						return
-					}
-					id := res["sandbox_id"].(string)
-					if w := getWait(b, srv, id); w["status"] != "ready" {
-						b.Errorf("wait: %v", w)
-					}
-					mu.Lock()
-					ids = append(ids, id)
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
+			ids = append(ids, coldCreates(b, srv, branches, map[string]any{"image": "host", "block_network": true, "kind": "browser", "exec": []string{sitesCmd}})...)
 		}))
 		b.StopTimer()
 		for _, id := range ids {
@@ -174,4 +138,32 @@ func BenchmarkForkBrowser(b *testing.B) {
 	b.ReportMetric(p50(fork), "fork8-p50-ms")
 	b.ReportMetric(p50(cold), "cold8-p50-ms")
 	b.ReportMetric(p50(fork)/p50(cold), "fork/cold")
+}
+
+// coldCreates creates n sandboxes of body at once and returns their ids
+// once all are ready.
+func coldCreates(b *testing.B, srv *testserver.Server, n int, body map[string]any) []string {
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		ids []string
+	)
+	for range n {
+		wg.Go(func() {
+			code, res := post(b, srv, "/sandboxes", body)
+			if code != 200 {
+				b.Errorf("create: %d %v", code, res)
+				return
+			}
+			id := res["sandbox_id"].(string)
+			if w := getWait(b, srv, id); w["status"] != "ready" {
+				b.Errorf("wait: %v", w)
+			}
+			mu.Lock()
+			ids = append(ids, id)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return ids
 }
