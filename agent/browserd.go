@@ -345,7 +345,7 @@ func observeOptions(q url.Values, defShot string) (api.Observe, error) {
 const stateBodyLimit = api.MaxBrowserStateBytes + 1<<20
 
 // browserSocket is where the daemon listens, inside the sandbox.
-const browserSocket = "/run/orchard-browser.sock"
+const browserSocket = api.BrowserDaemonSocket
 
 // browserProc supervises the browser daemon: started with the sandbox,
 // restarted when it dies, reached over its socket.

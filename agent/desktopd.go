@@ -24,7 +24,7 @@ import (
 // apps), which the agent's PID-1 reaper would otherwise reap first.
 
 // desktopSocket is where the desktop daemon listens, inside the sandbox.
-const desktopSocket = "/run/orchard-desktop.sock"
+const desktopSocket = api.DesktopDaemonSocket
 
 var desktopDaemon = daemonKind{name: "desktop", code: faults.CodeDesktopXDied, launch: faults.CodeDesktopLaunch, source: faults.Desktop,
 	args: func(exe, sock, opts string) []string {

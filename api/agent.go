@@ -67,3 +67,22 @@ type AgentPatchResult struct {
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 }
+
+// Where the agent's daemons keep their state inside a sandbox: the
+// browser's and the desktop's sockets, and next to the browser's its
+// profile (<socket>.profile) and open tabs (<socket>.tabs), which a
+// browser restarted after a crash takes up again.
+const (
+	BrowserDaemonSocket = "/run/orchard-browser.sock"
+	DesktopDaemonSocket = "/run/orchard-desktop.sock"
+)
+
+// DaemonStatePaths are the files of the agent's daemons and of the X
+// server (sockets, lock files, the browser's profile and tab list): state
+// of processes, which a snapshot leaves out, so that a sandbox started
+// from it starts them afresh (an X lock file kept would stop Xvfb
+// starting) and takes the browser's state from the snapshot's export.
+var DaemonStatePaths = []string{
+	BrowserDaemonSocket + "*", DesktopDaemonSocket + "*",
+	"/tmp/.X*-lock", "/tmp/.X11-unix",
+}

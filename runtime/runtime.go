@@ -116,10 +116,8 @@ type Pauser interface {
 type Snapshotter interface {
 	// SaveLayer copies the writable layer of sandbox id into a new layer
 	// called name, its processes frozen meanwhile so the copy is of one
-	// moment; meta is kept with the layer as it is. A writable layer of
-	// more than maxBytes (> 0) fails with snapshot.too_large and leaves
-	// nothing.
-	SaveLayer(ctx context.Context, id, name string, meta []byte, maxBytes int64) (Layer, error)
+	// moment.
+	SaveLayer(ctx context.Context, id, name string, opts LayerOptions) (Layer, error)
 	// Layers lists every layer, released ones included.
 	Layers(ctx context.Context) ([]Layer, error)
 	// ReleaseLayer marks the layer as no longer wanted: PruneLayers removes
@@ -129,6 +127,19 @@ type Snapshotter interface {
 	// PruneLayers removes the released layers nothing uses, and returns
 	// their names.
 	PruneLayers(ctx context.Context) ([]string, error)
+}
+
+// LayerOptions are SaveLayer's.
+type LayerOptions struct {
+	// Meta is kept with the layer as it is (JSON).
+	Meta []byte
+	// MaxBytes (> 0) caps the writable layer: a larger one fails with
+	// snapshot.too_large and leaves nothing.
+	MaxBytes int64
+	// Exclude lists paths in the sandbox (globs, as filepath.Match takes
+	// them) left out of the layer: state of processes that a sandbox
+	// started from it does not carry (daemons' sockets and lock files).
+	Exclude []string
 }
 
 // Layer is a saved layer.

@@ -109,3 +109,21 @@ func TestBrowserSnapshotFork(t *testing.T) {
 		t.Errorf("failed fork left %d sandboxes; want %d", n, before)
 	}
 }
+
+// A desktop sandbox's fork starts its X session afresh (the X server's
+// lock file and socket are not carried) with the parent's files, and its
+// screen answers.
+func TestDesktopFork(t *testing.T) {
+	requireXvfb(t)
+	srv := testserver.Start(t, testserver.Options{})
+	id := createReady(t, srv, map[string]any{"kind": "desktop"})
+	sh(t, srv, id, "echo kept > /workspace/f; ls /tmp/.X11-unix")
+	r := call(t, srv, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 1})
+	want(t, r, 200)
+	branch := r.body["sandboxes"].([]any)[0].(map[string]any)["sandbox_id"].(string)
+	if got := sh(t, srv, branch, "cat /workspace/f"); got != "kept\n" {
+		t.Errorf("branch sees %q", got)
+	}
+	obs := call(t, srv, "GET", "/sandboxes/"+branch+"/desktop/cursor", nil)
+	want(t, obs, 200)
+}

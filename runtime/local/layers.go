@@ -218,7 +218,8 @@ func layerNotFound(name string) error {
 }
 
 // SaveLayer copies sandbox id's writable layer into the new layer name.
-func (l *Local) SaveLayer(ctx context.Context, id, name string, meta []byte, maxBytes int64) (runtime.Layer, error) {
+func (l *Local) SaveLayer(ctx context.Context, id, name string, opts runtime.LayerOptions) (runtime.Layer, error) {
+	meta, maxBytes := opts.Meta, opts.MaxBytes
 	if !idPattern.MatchString(name) || name == "." || name == ".." {
 		return runtime.Layer{}, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "invalid layer name %q", name)
 	}
@@ -330,6 +331,12 @@ func (l *Local) SaveLayer(ctx context.Context, id, name string, meta []byte, max
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return runtime.Layer{}, snapshotFailed(id, "copy writable layer", fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out))))
 	}
+	if err := excludeFrom(filepath.Join(tmp, layerFSDir), opts.Exclude); err != nil {
+		return runtime.Layer{}, snapshotFailed(id, "leave out excluded paths", err)
+	}
+	if size, err = diskUsage(filepath.Join(tmp, layerFSDir)); err != nil {
+		return runtime.Layer{}, snapshotFailed(id, "measure layer", err)
+	}
 	m := layerMeta{Name: name, CreatedAt: time.Now().UTC(), Bytes: size, Source: id, Parents: slices.Clone(spec.Layers), Meta: meta}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -352,6 +359,31 @@ func errNoLayers() error {
 
 func snapshotFailed(id, what string, err error) error {
 	return faults.Wrap(err, faults.CodeInternal, faults.Internal, faults.Platform, fmt.Sprintf("snapshot of sandbox %s: %s", id, what))
+}
+
+// excludeFrom removes from root, a copy of a sandbox's writable layer,
+// what the globs (paths in the sandbox) match. Removing them from the copy
+// rather than skipping them in it keeps the copy to one cp; what they
+// match is small (sockets, lock files, a profile).
+func excludeFrom(root string, globs []string) error {
+	for _, g := range globs {
+		if !filepath.IsAbs(g) {
+			return fmt.Errorf("exclude %q: not an absolute path", g)
+		}
+		matches, err := filepath.Glob(filepath.Join(root, filepath.Clean(g)))
+		if err != nil {
+			return fmt.Errorf("exclude %q: %w", g, err)
+		}
+		for _, p := range matches {
+			if !within(p, root) || p == root {
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // diskUsage is the space the files under dir take, as du counts it.

@@ -20,10 +20,11 @@ func TestSaveLayer(t *testing.T) {
 	create(t, l, runtime.Spec{ID: "src"})
 	mustExec(t, l, "src", `echo one > /workspace/f && mkdir -p /opt/snap/d && echo deep > /opt/snap/d/g &&
 		head -c 3000000 /dev/urandom > /workspace/big && ln /workspace/f /workspace/hard &&
-		rm /etc/debian_version && echo changed > /etc/hostname.orchard && chmod 0600 /workspace/f`)
+		rm /etc/debian_version && echo changed > /etc/hostname.orchard && chmod 0600 /workspace/f &&
+		touch /tmp/.X99-lock /tmp/kept /run/daemon.sock.tabs && mkdir /run/daemon.sock.profile && touch /run/daemon.sock.profile/x`)
 	sum := mustExec(t, l, "src", "md5sum /workspace/big")
 
-	ly, err := l.SaveLayer(ctx, "src", "l1", []byte(`{"k":1}`), 0)
+	ly, err := l.SaveLayer(ctx, "src", "l1", runtime.LayerOptions{Meta: []byte(`{"k":1}`), Exclude: []string{"/tmp/.X*-lock", "/run/daemon.sock*"}})
 	if err != nil {
 		t.Fatalf("SaveLayer: %v", err)
 	}
@@ -37,8 +38,8 @@ func TestSaveLayer(t *testing.T) {
 	create(t, l, runtime.Spec{ID: "b2", Layers: []string{"l1"}})
 	for _, id := range []string{"b1", "b2"} {
 		got := mustExec(t, l, id, `cat /workspace/f /opt/snap/d/g; stat -c %a /workspace/f; test -e /etc/debian_version && echo has-debian;
-			test -e /workspace/later && echo has-later; stat -c %h /workspace/hard; ls /tmp | wc -l; md5sum /workspace/big`)
-		want := "one\ndeep\n600\n2\n0\n" + sum
+			test -e /workspace/later && echo has-later; stat -c %h /workspace/hard; ls -A /tmp; ls /run | grep -c daemon; md5sum /workspace/big`)
+		want := "one\ndeep\n600\n2\nkept\n0\n" + sum
 		if got != want {
 			t.Errorf("%s sees:\n%s\nwant:\n%s", id, got, want)
 		}
@@ -53,7 +54,7 @@ func TestSaveLayer(t *testing.T) {
 
 	// A layer of a branch holds only the branch's own changes and names
 	// the layer below it.
-	ly2, err := l.SaveLayer(ctx, "b1", "l2", nil, 0)
+	ly2, err := l.SaveLayer(ctx, "b1", "l2", runtime.LayerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,20 +76,20 @@ func TestLayerLifecycle(t *testing.T) {
 	create(t, l, runtime.Spec{ID: "src"})
 	mustExec(t, l, "src", "head -c 2000000 /dev/zero > /workspace/z && echo v > /workspace/v")
 
-	if _, err := l.SaveLayer(ctx, "src", "small", nil, 1<<20); !faults.Is(err, faults.CodeSnapshotTooLarge) {
+	if _, err := l.SaveLayer(ctx, "src", "small", runtime.LayerOptions{MaxBytes: 1 << 20}); !faults.Is(err, faults.CodeSnapshotTooLarge) {
 		t.Errorf("SaveLayer over the cap = %v; want %s", err, faults.CodeSnapshotTooLarge)
 	}
-	if _, err := l.SaveLayer(ctx, "nope", "x", nil, 0); !faults.Is(err, faults.CodeSandboxNotFound) {
+	if _, err := l.SaveLayer(ctx, "nope", "x", runtime.LayerOptions{}); !faults.Is(err, faults.CodeSandboxNotFound) {
 		t.Errorf("SaveLayer of an unknown sandbox = %v; want %s", err, faults.CodeSandboxNotFound)
 	}
-	if _, err := l.SaveLayer(ctx, "src", "../x", nil, 0); !faults.Is(err, faults.CodeValidation) {
+	if _, err := l.SaveLayer(ctx, "src", "../x", runtime.LayerOptions{}); !faults.Is(err, faults.CodeValidation) {
 		t.Errorf("SaveLayer with a bad name = %v; want %s", err, faults.CodeValidation)
 	}
 	// A paused sandbox stays paused.
 	if err := l.Pause(ctx, "src"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.SaveLayer(ctx, "src", "base", nil, 0); err != nil {
+	if _, err := l.SaveLayer(ctx, "src", "base", runtime.LayerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := l.sandboxes["src"].container.Status(); st.String() != "paused" {
@@ -97,7 +98,7 @@ func TestLayerLifecycle(t *testing.T) {
 	if err := l.Resume(ctx, "src"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.SaveLayer(ctx, "src", "base", nil, 0); err == nil {
+	if _, err := l.SaveLayer(ctx, "src", "base", runtime.LayerOptions{}); err == nil {
 		t.Error("SaveLayer over an existing layer succeeded")
 	}
 	names := func(l *Local) []string {
@@ -121,7 +122,7 @@ func TestLayerLifecycle(t *testing.T) {
 
 	create(t, l, runtime.Spec{ID: "br", Layers: []string{"base"}})
 	mustExec(t, l, "br", "echo w > /workspace/w")
-	if _, err := l.SaveLayer(ctx, "br", "top", nil, 0); err != nil {
+	if _, err := l.SaveLayer(ctx, "br", "top", runtime.LayerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.ReleaseLayer(ctx, "base"); err != nil {

@@ -120,7 +120,8 @@ func (m *Manager) saveSnapshot(ctx context.Context, id, name string, labels map[
 	if err != nil {
 		return runtime.Layer{}, snapMeta{}, err
 	}
-	ly, err := sn.SaveLayer(ctx, rec.RuntimeName(), name, b, m.cfg.SnapshotMaxBytes)
+	ly, err := sn.SaveLayer(ctx, rec.RuntimeName(), name, runtime.LayerOptions{
+		Meta: b, MaxBytes: m.cfg.SnapshotMaxBytes, Exclude: api.DaemonStatePaths})
 	if err != nil {
 		return runtime.Layer{}, snapMeta{}, err
 	}
