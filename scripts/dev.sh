@@ -17,7 +17,9 @@ cd "$(dirname "$0")/.."
 # chromium-headless-shell (what headless browser sandboxes run: the same
 # engine without the browser's UI, ≈40 % less memory per sandbox)
 # and fonts-dejavu-core (a font for the pages it renders in screenshots);
-# nodejs runs Playwright against the DevTools proxy in the server's tests;
+# nodejs runs Playwright against the DevTools proxy in the server's tests,
+# installed with npm (Debian's npm package where Node.js came without it),
+# which honours a configured registry or mirror;
 # python3 runs the Python client's suite (sdk/python) against a server;
 # e2fsprogs (mkfs.ext4) formats the filesystems that hold sandboxes'
 # writable layers on disk; shellcheck checks the deploy scripts.
@@ -35,6 +37,8 @@ install_packages() {
   for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
+  # A Node.js of another origin (NodeSource) brings its own npm.
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
   [ ${#missing[@]} -eq 0 ] && return
   if [ "$(id -u)" -ne 0 ]; then
     echo "Missing packages: ${missing[*]}" >&2
@@ -60,8 +64,8 @@ build() {
   go build -trimpath -tags seccomp -ldflags "-s -w" -o bin/orchard-init ./cmd/orchard-init
 }
 
-# The Playwright client of the DevTools proxy test: playwright-core has no
-# dependencies, so its package from the npm registry is all it needs.
+# The Playwright client of the DevTools proxy test, installed by npm from
+# whatever registry npm is configured with.
 fetch_playwright() {
   local dir=server/testdata/playwright
   local ver
@@ -70,10 +74,7 @@ fetch_playwright() {
     grep -q "\"version\": \"$ver\"" "$dir/node_modules/playwright-core/package.json"; then
     return
   fi
-  rm -rf "$dir/node_modules/playwright-core"
-  mkdir -p "$dir/node_modules/playwright-core"
-  curl -fsSL "https://registry.npmjs.org/playwright-core/-/playwright-core-$ver.tgz" |
-    tar -xz -C "$dir/node_modules/playwright-core" --strip-components=1
+  (cd "$dir" && npm install --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null)
 }
 
 # start_kube starts the local Kubernetes the kube runtime's tests use
