@@ -252,6 +252,10 @@ type BrowserObservation struct {
 	Dialog    *Dialog       `json:"dialog,omitempty"`
 	Downloads []Download    `json:"downloads"`
 	Timing    ObserveTiming `json:"timing"`
+	// Blocked is the evidence that the page is a bot wall or a CAPTCHA
+	// interstitial (site.blocked), whatever its HTTP status; empty for a
+	// page of the site's own.
+	Blocked string `json:"blocked,omitempty" doc:"evidence that the page is a bot wall or a CAPTCHA interstitial (an action that landed on it failed with site.blocked); empty otherwise"`
 }
 
 // ViewportState is a browser's viewport and the page under it, in CSS

@@ -302,9 +302,11 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	nav, changed := t.lastNav, t.navs != navsBefore
 	t.mu.Unlock()
 	if changed {
+		var loadErr error // nil when the page loaded: then only a wall served with 200 fails
 		if fe := nav.failure(); fe != nil {
-			return s.blocked(ctx, t, fe)
+			loadErr = fe
 		}
+		return s.blocked(ctx, t, loadErr)
 	}
 	return nil
 }

@@ -36,11 +36,24 @@ const wallScript = `(() => {
 // wallTimeout bounds the check: one small script on a loaded page.
 const wallTimeout = 2 * time.Second
 
-// blocked turns a page load's HTTP error into site.blocked when the page is
-// a bot wall or a CAPTCHA.
+// blocked turns a page load that landed on a bot wall or a CAPTCHA into
+// site.blocked: one that failed with an HTTP status walls use, or one that
+// succeeded (walls served with 200) on a page with a challenge's evidence
+// (page.js's wall: stricter, since a 200 page is mostly the site's own).
 func (s *Session) blocked(ctx context.Context, t *tab, err error) error {
+	if err == nil {
+		var ev string
+		if t.evalInto(ctx, libExpr("wall()"), false, wallTimeout, &ev) != nil || ev == "" {
+			return nil
+		}
+		t.mu.Lock()
+		u := t.lastNav.url
+		t.mu.Unlock()
+		return faults.Newf(faults.CodeSiteBlocked, faults.PermissionDenied, faults.Site,
+			"%s answered with a bot wall or a CAPTCHA (%s)", u, ev).WithRetryable(false)
+	}
 	f := faults.Of(err)
-	if err == nil || f == nil || !strings.HasPrefix(f.Code, faults.CodeSiteHTTPPrefix) {
+	if f == nil || !strings.HasPrefix(f.Code, faults.CodeSiteHTTPPrefix) {
 		return err
 	}
 	status, perr := strconv.Atoi(strings.TrimPrefix(f.Code, faults.CodeSiteHTTPPrefix))

@@ -54,6 +54,7 @@ type pageState struct {
 	Elements []Element
 	AX       string `json:"ax"`
 	Text     string `json:"text"`
+	Wall     string `json:"wall"`
 }
 
 // Limits of an observation. maxShotPixels: Chromium cannot encode a
@@ -123,7 +124,7 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 		Viewport: ViewportState{
 			Width: int(st.VW), Height: int(st.VH), ScrollX: st.SX, ScrollY: st.SY, PageWidth: st.PW, PageHeight: st.PH,
 		},
-		AXTree: st.AX, Text: st.Text,
+		AXTree: st.AX, Text: st.Text, Blocked: st.Wall,
 	}
 	obs.Timing.PageMS = msSince(pageStart)
 

@@ -326,7 +326,47 @@
       var t = document.body ? document.body.innerText : '';
       res.text = t.length > o.textMax ? t.slice(0, o.textMax) + '\n… (truncated)' : t;
     }
+    res.wall = wall();
     return res;
+  }
+
+  // wall returns the evidence that the page is a bot wall or a CAPTCHA
+  // interstitial, whatever its status, or '': an element only challenge
+  // pages have, or a CAPTCHA widget on a page that asks the visitor to
+  // prove to be human, or a challenge page's title. A page that merely
+  // mentions captchas, or a form with a CAPTCHA on it (a sign-in page),
+  // is content, not a wall.
+  var WALL_ELEMENTS = ['#challenge-running', '#challenge-form', '#cf-challenge-running', '#challenge-stage',
+    '#challenge-error-text', 'script[src*="/cdn-cgi/challenge-platform"]', '#px-captcha',
+    'script[src*="captcha-delivery.com"]', 'iframe[src*="captcha-delivery.com"]', 'form#captcha-form'];
+  var WIDGETS = ['.g-recaptcha', '.h-captcha', '.cf-turnstile', 'iframe[src*="recaptcha"]', 'iframe[src*="hcaptcha"]',
+    'iframe[src*="challenges.cloudflare.com"]', '[data-sitekey]'];
+  var ASKS = ['verify you are human', 'verify you are a human', 'are you a robot', 'not a robot', 'unusual traffic',
+    'checking your browser', 'checking if the site connection is secure', 'human verification',
+    'complete the security check', 'press & hold', 'press and hold', 'prove you are human'];
+  var TITLES = ['just a moment', 'attention required! | cloudflare', 'pardon our interruption', 'human verification',
+    'are you a robot?', 'security check'];
+  function wall() {
+    var i, el;
+    for (i = 0; i < WALL_ELEMENTS.length; i++) {
+      if (document.querySelector(WALL_ELEMENTS[i])) return 'element ' + WALL_ELEMENTS[i];
+    }
+    var title = (document.title || '').trim().toLowerCase();
+    for (i = 0; i < TITLES.length; i++) {
+      if (title === TITLES[i] || title.indexOf(TITLES[i] + '...') === 0 || title.indexOf(TITLES[i] + '…') === 0) {
+        return 'title "' + document.title.trim() + '"';
+      }
+    }
+    var widget = '';
+    for (i = 0; i < WIDGETS.length && !widget; i++) {
+      if (document.querySelector(WIDGETS[i])) widget = WIDGETS[i];
+    }
+    if (!widget) return '';
+    var text = (title + ' ' + (document.body ? document.body.innerText : '').slice(0, 3000)).toLowerCase();
+    for (i = 0; i < ASKS.length; i++) {
+      if (text.indexOf(ASKS[i]) >= 0) return 'widget ' + widget + ' with "' + ASKS[i] + '"';
+    }
+    return '';
   }
 
   function deepQuery(root, sel) {
@@ -519,5 +559,5 @@
   }
   function picked() { var e = pickedEl; pickedEl = null; return e; }
 
-  return { observe: observe, locate: locate, focus: focus, selectOption: selectOption, fileInput: fileInput, picked: picked };
+  return { observe: observe, wall: wall, locate: locate, focus: focus, selectOption: selectOption, fileInput: fileInput, picked: picked };
 })()
