@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -355,9 +357,12 @@ type browserProc struct {
 	sock string
 	kind daemonKind
 
-	mu       sync.Mutex // guards lastErr, restarts
+	mu       sync.Mutex // guards lastErr, restarts, up
 	lastErr  error
 	restarts int
+	// up is closed while the daemon answers; a new, open one replaces it
+	// when the daemon dies, and is closed once a restart answers.
+	up chan struct{}
 
 	proxy *httputil.ReverseProxy
 }
@@ -451,6 +456,8 @@ func (s *Server) startDaemon(ctx context.Context, kind daemonKind, sock, opts st
 		}
 		return nil, err
 	}
+	b.up = make(chan struct{})
+	close(b.up)
 	go b.supervise(ctx, c)
 	return b, nil
 }
@@ -546,6 +553,11 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 		err := faults.Newf(b.kind.code, faults.Unavailable, b.kind.source, "the %s died (code %d, signal %d)", b.kind.name, code, sig)
 		b.mu.Lock()
 		b.lastErr, b.restarts = err, b.restarts+1
+		select {
+		case <-b.up:
+			b.up = make(chan struct{})
+		default: // down already
+		}
 		b.mu.Unlock()
 		b.s.log.Warn("daemon died; restarting", "daemon", b.kind.name, "code", code, "signal", sig)
 		for {
@@ -557,6 +569,9 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 				if serr = b.awaitReady(ctx, nc); serr == nil {
 					c = nc
 					restart.Reset()
+					b.mu.Lock()
+					close(b.up)
+					b.mu.Unlock()
 					break
 				}
 				_ = nc.signalGroup(syscall.SIGKILL)
@@ -566,7 +581,147 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 	}
 }
 
-func (b *browserProc) ServeHTTP(w http.ResponseWriter, r *http.Request) { b.proxy.ServeHTTP(w, r) }
+// HeaderRestarted is set on a daemon's answer to a call that waited for
+// the daemon (the browser, the desktop) to be restarted after it died,
+// or that was run again on the restarted one: its value is the number of
+// restarts so far. A restarted browser reopens the tabs it had, at their
+// URLs, with the profile it had (cookies, storage); what lived only in
+// the pages (their scripts' state, typed text not submitted, dialogs) is
+// gone.
+const HeaderRestarted = "X-Orchard-Restarted"
+
+// restartWait bounds a call's wait for a restart, within its own deadline.
+const restartWait = browserStartTimeout
+
+// ServeHTTP forwards a call to the daemon. A call that arrives while the
+// daemon is being restarted waits for it (bounded by its own context and
+// restartWait) instead of failing, and a read (GET) that the daemon
+// answered with its death is run again once it is back: only a restart
+// that fails or takes too long is the caller's error. An action that was
+// running when the browser died is not run again (part of it may have
+// happened): it answers the crash.
+func (b *browserProc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	waited, err := b.awaitUp(r.Context())
+	if err != nil {
+		writeJSON(w, faults.Of(err).StatusOf(), faults.EnvelopeOf(faults.Of(err)))
+		return
+	}
+	if waited {
+		w.Header().Set(HeaderRestarted, strconv.Itoa(b.restartCount()))
+	}
+	if r.Method != http.MethodGet || streamed(r) {
+		b.proxy.ServeHTTP(w, r)
+		return
+	}
+	rec := &bufferedResponse{header: http.Header{}}
+	b.proxy.ServeHTTP(rec, r)
+	if b.died(rec) {
+		if _, err := b.awaitUp(r.Context()); err == nil {
+			rec = &bufferedResponse{header: http.Header{}}
+			b.proxy.ServeHTTP(rec, r)
+			w.Header().Set(HeaderRestarted, strconv.Itoa(b.restartCount()))
+		}
+	}
+	rec.writeTo(w)
+}
+
+// streamed reports whether r's answer is a stream (a live view, a
+// WebSocket) rather than one body to buffer.
+func streamed(r *http.Request) bool {
+	return websocket.IsWebSocketUpgrade(r) || strings.HasSuffix(r.URL.Path, "/stream") ||
+		strings.HasSuffix(r.URL.Path, "/cdp") || strings.HasSuffix(r.URL.Path, "/vnc")
+}
+
+func (b *browserProc) restartCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.restarts
+}
+
+// awaitUp waits until the daemon answers, and reports whether it had to.
+func (b *browserProc) awaitUp(ctx context.Context) (bool, error) {
+	b.mu.Lock()
+	up := b.up
+	b.mu.Unlock()
+	select {
+	case <-up:
+		return false, nil
+	default:
+	}
+	t := time.NewTimer(restartWait)
+	defer t.Stop()
+	select {
+	case <-up:
+		return true, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	last := b.lastErr
+	b.mu.Unlock()
+	f := faults.New(b.kind.code, faults.Unavailable, b.kind.source, "the "+b.kind.name+" died and was not back in time")
+	if last != nil {
+		f.Message += " (" + faults.Of(last).Message + ")"
+	}
+	return false, f
+}
+
+// died reports whether a buffered answer says the daemon died under the
+// call: the daemon's own crash answer, or the proxy's when it could not
+// reach it. The supervisor may not have noticed yet; give it a moment.
+func (b *browserProc) died(rec *bufferedResponse) bool {
+	if rec.status != http.StatusServiceUnavailable {
+		return false
+	}
+	var env faults.Envelope
+	if json.Unmarshal(rec.body.Bytes(), &env) != nil || env.Error == nil || env.Error.Code != b.kind.code {
+		return false
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		b.mu.Lock()
+		up := b.up
+		b.mu.Unlock()
+		select {
+		case <-up:
+		default:
+			return true // down: awaitUp waits for the restart
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// bufferedResponse keeps a daemon's answer to look at before it is sent.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *bufferedResponse) Header() http.Header { return r.header }
+func (r *bufferedResponse) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(p)
+}
+func (r *bufferedResponse) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+func (r *bufferedResponse) writeTo(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body.Bytes())
+}
 
 // errNoBrowser and errNoDesktop answer kind paths in sandboxes of other kinds.
 var (

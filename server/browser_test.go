@@ -14,8 +14,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,30 +134,14 @@ func TestBrowserSandbox(t *testing.T) {
 		t.Fatalf("tabs: %s", tabs.raw)
 	}
 
-	// Chromium killed inside the sandbox: classified, then restarted.
+	// Chromium killed inside the sandbox: the next call waits for the
+	// restart instead of failing, and says the browser was restarted.
 	execWait(t, srv, id, map[string]any{"command": "pkill -KILL -f chromium; true"})
-	deadline := time.Now().Add(60 * time.Second)
-	sawCrash := false
-	for {
-		o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none", nil)
-		if o.status == 503 {
-			if e, _ := o.body["error"].(map[string]any); e["source"] == "browser" {
-				sawCrash = true
-			}
-		}
-		if o.status == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("browser not back after a crash: %s", o.raw)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !sawCrash {
-		t.Log("the restart was faster than the first probe")
+	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none", nil)
+	if o.status != 200 || o.header.Get("X-Orchard-Restarted") == "" {
+		t.Fatalf("observation right after the browser died: %d (restarted %q) %s", o.status, o.header.Get("X-Orchard-Restarted"), o.raw)
 	}
 	// The restarted browser reopened the page it had open.
-	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none", nil)
 	if o.body["url"] != "file:///workspace/page.html" {
 		t.Fatalf("after the restart the browser shows %v, want the page it had open", o.body["url"])
 	}
@@ -476,4 +464,76 @@ func browserSandbox(t *testing.T) (*testserver.Server, string) {
 	want(t, call(t, srv, "POST", "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
 		"content": base64.StdEncoding.EncodeToString([]byte(testPage))}), 200)
 	return srv, id
+}
+
+// A browser killed from outside the sandbox, between calls and under
+// several callers at once: every call waits for the restart and runs,
+// reads interrupted by the death are run again, and the answers that
+// waited say so.
+func TestBrowserRestartIsWaitedFor(t *testing.T) {
+	srv, id := browserWithPage(t)
+	kill := func() {
+		t.Helper()
+		// From the host: every Chromium process of the sandbox's cgroup.
+		procs, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/orchard", id, "cgroup.procs"))
+		if err != nil {
+			procs, err = os.ReadFile(filepath.Join("/sys/fs/cgroup/orchard", id, "cgroup.procs"))
+		}
+		if err != nil {
+			t.Fatalf("sandbox cgroup: %v", err)
+		}
+		n := 0
+		for _, f := range strings.Fields(string(procs)) {
+			pid, _ := strconv.Atoi(f)
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.Contains(exe, "chrom") {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatal("no Chromium process found in the sandbox")
+		}
+	}
+
+	kill()
+	time.Sleep(300 * time.Millisecond) // the agent notices; the restart is under way
+	a := call(t, srv, "POST", "/sandboxes/"+id+"/browser/actions", map[string]any{
+		"actions": []map[string]any{{"type": "click", "selector": "#q"}, {"type": "type", "text": "back"}}})
+	if a.status != 200 || a.body["ok"] != true || a.header.Get("X-Orchard-Restarted") == "" {
+		t.Fatalf("an action during the restart: %d (restarted %q) %s", a.status, a.header.Get("X-Orchard-Restarted"), a.raw)
+	}
+
+	// Four callers reading while the browser dies under them.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var failures atomic.Int64
+	var calls atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none", nil)
+				calls.Add(1)
+				if o.status != 200 {
+					failures.Add(1)
+					t.Errorf("observation during a restart: %d %s", o.status, o.raw)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	kill()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d observations across a restart, %d failed", calls.Load(), failures.Load())
+	o := call(t, srv, "GET", "/sandboxes/"+id+"/browser/observation?screenshot=none", nil)
+	if o.body["url"] != "file:///workspace/page.html" {
+		t.Errorf("after the restarts the browser shows %v", o.body["url"])
+	}
 }
