@@ -47,7 +47,7 @@ const (
 func (s *Server) episodeRoutes() []route {
 	return []route{
 		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, or a desktop sandbox (setup.sandbox or sandbox kind \"desktop\"); returns the first observation",
-			request: episodeRequest{}, response: api.EpisodeStart{}, handler: s.createEpisode},
+			request: episodeRequestDoc{}, response: api.EpisodeStart{}, handler: s.createEpisode},
 		{method: "GET", path: "/episodes", summary: "List episodes", response: api.EpisodeList{}, handler: s.listEpisodes},
 		{method: "GET", path: "/episodes/:id", summary: "An episode: status, steps so far, outcome", response: api.EpisodeStatus{}, handler: s.getEpisode},
 		{method: "POST", path: "/episodes/:id/step", summary: "One action → the observation, done and info (classified error, step, timing)",
@@ -113,6 +113,12 @@ func envelopeError(status int, raw []byte) *faults.Error {
 // decoded as a task (package api does not know tasks); the OpenAPI
 // document names its schema after it.
 type episodeRequest struct {
+	api.CreateEpisodeRequest // its Task is decoded by tasks.ParseInline, as strictly as a task file
+}
+
+// episodeRequestDoc is episodeRequest as the OpenAPI document shows it:
+// the inline task with its schema.
+type episodeRequestDoc struct {
 	api.CreateEpisodeRequest
 	Task *tasks.Task `json:"task,omitempty"`
 }
@@ -213,12 +219,8 @@ func (s *Server) startRecording(ep *episodes.Episode) {
 // replica's POST /tasks).
 func (s *Server) episodeTask(ctx context.Context, req episodeRequest) (tasks.Task, error) {
 	switch {
-	case req.Task != nil:
-		task := *req.Task
-		if task.ID == "" {
-			task.ID = "inline-" + uuid.NewString()[:8]
-		}
-		return task, nil
+	case len(req.Task) > 0 && string(req.Task) != "null":
+		return tasks.ParseInline(req.Task, "inline-"+uuid.NewString()[:8])
 	case req.TaskID != "":
 		if err := s.syncSuites(ctx); err != nil {
 			return tasks.Task{}, err

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/orchard/orchard/faults"
 	"image/gif"
 	"io"
 	"net/http"
@@ -147,5 +148,42 @@ func TestEpisodes(t *testing.T) {
 	}
 	if r := call(t, srv, "POST", "/episodes", map[string]any{"task_id": "no-such-task"}); r.status != 404 {
 		t.Errorf("unknown task: %d %s", r.status, r.raw)
+	}
+}
+
+// An inline task that cannot be scored as written is refused before any
+// sandbox starts: an unknown field anywhere in it (a typo), an evaluator
+// without what it needs, a sandbox fragment with a typo.
+func TestInlineTaskStrict(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	base := func(eval map[string]any) map[string]any {
+		return map[string]any{"question": "q?", "start_url": "data:text/html,x", "eval": eval}
+	}
+	with := func(m map[string]any, k string, v any) map[string]any { m[k] = v; return m }
+	for _, c := range []struct {
+		name string
+		task map[string]any
+		want string
+	}{
+		{"answer instead of references", base(map[string]any{"type": "answer_match", "answer": "42"}), "answer"},
+		{"answer_match without references", base(map[string]any{"type": "answer_match"}), "references"},
+		{"url_match without url", base(map[string]any{"type": "url_match"}), "url"},
+		{"dom_match without selector", base(map[string]any{"type": "dom_match", "text": "x"}), "selector"},
+		{"js without script", base(map[string]any{"type": "js"}), "script"},
+		{"exec without command", base(map[string]any{"type": "exec"}), "command"},
+		{"typo at the top", with(base(map[string]any{"type": "judge"}), "questoin", "x"), "questoin"},
+		{"typo in setup", with(base(map[string]any{"type": "judge"}), "setup", map[string]any{"exec": []string{"true"}, "flies": []any{}}), "flies"},
+		{"typo in the sandbox", with(base(map[string]any{"type": "judge"}), "setup", map[string]any{"sandbox": map[string]any{"memroy": "1Gi"}}), "memroy"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := call(t, srv, "POST", "/episodes", map[string]any{"task": c.task})
+			wantCode(t, r, 400, faults.CodeTaskInvalid)
+			if !strings.Contains(string(r.raw), c.want) {
+				t.Errorf("the error does not name %q: %s", c.want, r.raw)
+			}
+		})
+	}
+	if n := sandboxCount(t, srv); n != 0 {
+		t.Errorf("refused tasks left %d sandboxes", n)
 	}
 }

@@ -20,7 +20,7 @@ var freeForm = map[string]string{
 	"Evaluation.details[*]":                                 "what an eval compared: its fields depend on the eval type (answer_match, url_match, dom_match, js, exec, judge)",
 	"Manifest.evaluation":                                   "the Evaluation as the episode gave it: the recording format keeps it verbatim and depends on no other package of the module",
 	"Setup.sandbox":                                         "a fragment of a POST /sandboxes body merged as JSON over the episode's defaults: a field's absence is meaningful, so it is no CreateSandboxRequest",
-	"episodeRequest.sandbox":                                "as Setup.sandbox: a POST /sandboxes fragment merged over the task's setup.sandbox",
+	"episodeRequestDoc.sandbox":                             "as Setup.sandbox: a POST /sandboxes fragment merged over the task's setup.sandbox",
 }
 
 // untypedSchemas returns where doc's request and response schemas hold an

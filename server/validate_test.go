@@ -218,7 +218,7 @@ func TestConfiguredLimits(t *testing.T) {
 	schemas := doc.body["components"].(map[string]any)["schemas"].(map[string]any)
 	for _, f := range []struct{ schema, field string }{
 		{"CreateSandboxRequest", "timeout"}, {"CreateSandboxRequest", "ttl_seconds"},
-		{"ExecRequest", "timeout_seconds"}, {"PatchRequest", "timeout_seconds"}, {"episodeRequest", "step_timeout_ms"},
+		{"ExecRequest", "timeout_seconds"}, {"PatchRequest", "timeout_seconds"}, {"episodeRequestDoc", "step_timeout_ms"},
 	} {
 		p := schemas[f.schema].(map[string]any)["properties"].(map[string]any)[f.field].(map[string]any)
 		if p["minimum"] != float64(0) || p["description"] == nil {

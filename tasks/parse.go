@@ -158,6 +158,26 @@ func decodeAll(raws []json.RawMessage, name string) ([]Task, error) {
 	return ts, nil
 }
 
+// ParseInline decodes one task given inline (an episode's "task") as
+// strictly as a task file's: an unknown field anywhere in it, or an
+// evaluator without what it needs, is task.invalid naming it. A task of
+// Orchard's format without an id gets id.
+func ParseInline(raw []byte, id string) (Task, error) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err != nil || keys == nil {
+		return Task{}, invalid("task: not a JSON object")
+	}
+	if !has(keys, "id") && !has(keys, "ques") && !has(keys, "confirmed_task") && !has(keys, "task_description") {
+		keys["id"], _ = json.Marshal(id)
+		raw, _ = json.Marshal(keys)
+	}
+	t, err := decodeTask(raw)
+	if err != nil {
+		return Task{}, invalid("task: %v", err)
+	}
+	return t, nil
+}
+
 // decodeTask decodes one task object, telling the formats apart by their
 // keys, and validates it.
 func decodeTask(raw []byte) (Task, error) {

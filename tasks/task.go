@@ -4,6 +4,7 @@
 package tasks
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -267,8 +268,12 @@ func checkStartURL(s string) error {
 			return fmt.Errorf("start_url %q has no host", s)
 		}
 	case "file", "data":
+	case "about":
+		if s != "about:blank" {
+			return fmt.Errorf("start_url %q: of about: URLs only about:blank", s)
+		}
 	default:
-		return fmt.Errorf("start_url %q is not an absolute http, https, file or data URL", s)
+		return fmt.Errorf("start_url %q is not an absolute http, https, file or data URL, or about:blank", s)
 	}
 	return nil
 }
@@ -301,6 +306,14 @@ func (s *Setup) validate() error {
 		case nil, api.KindBrowser, api.KindDesktop:
 		default:
 			return fmt.Errorf("setup.sandbox.kind %v: episodes run in a browser or desktop sandbox", jsonText(k))
+		}
+		// A POST /sandboxes body, decoded as strictly as the task: a typo
+		// here would silently change the sandbox the task runs in.
+		dec := json.NewDecoder(bytes.NewReader(s.Sandbox))
+		dec.DisallowUnknownFields()
+		var req api.CreateSandboxRequest
+		if err := dec.Decode(&req); err != nil {
+			return fmt.Errorf("setup.sandbox: %v", err)
 		}
 	}
 	return nil
