@@ -204,6 +204,15 @@ func startServer(ctx context.Context, cfg Config, out io.Writer) (_ *instance, e
 	cfg.Manager.OnRetry = cfg.Server.Metrics.ObserveRetry
 	agents := agentclient.NewPool(0)
 	mgr := manager.New(cfg.Manager, rt, st, func(addr string) manager.Agent { return agents.Client(addr) }, log)
+	if _, local := rt.(*local.Local); local {
+		dir := filepath.Join(stateDir, "runtime")
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+		if err := mgr.ClaimHost(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
 	if err := mgr.Recover(ctx); err != nil {
 		log.Warn("recover sandboxes from an earlier run", "err", err)
 	}

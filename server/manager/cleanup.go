@@ -333,6 +333,9 @@ func (m *Manager) keepAlive(ctx context.Context) {
 		if _, err := e.TryAcquire(ctx, name, m.cfg.ReplicaID, replicaTTL); err != nil && ctx.Err() == nil {
 			m.log.Warn("liveness lease", "err", err)
 		}
+		if err := m.refreshHost(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("host record", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

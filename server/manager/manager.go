@@ -117,6 +117,9 @@ type Config struct {
 	SnapshotMaxBytes int64
 	// ForkMax caps the branches of one fork (ORCHARD_FORK_MAX); default 32.
 	ForkMax int
+	// HostID names the machine among replicas sharing a store (ClaimHost);
+	// empty: HostID().
+	HostID string
 	// PoolsFile keeps the warm pools' definitions and claims across
 	// restarts when the store is the process's memory (under the state
 	// directory); empty with a store that outlives processes.
@@ -165,6 +168,9 @@ func (c *Config) setDefaults() {
 	if c.ForkMax == 0 {
 		c.ForkMax = defaultForkMax
 	}
+	if c.HostID == "" {
+		c.HostID = HostID()
+	}
 	if c.ReplicaID == "" {
 		host, _ := os.Hostname()
 		c.ReplicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
@@ -191,7 +197,10 @@ type Manager struct {
 	jobs     map[string]map[string]context.CancelCauseFunc // sandbox id → job id → cancel
 	pauses   keyedMutex                                    // serialises Pause and Resume per sandbox
 	pruneMu  sync.Mutex                                    // one layer prune at a time
-	pl       pools                                         // warm pools (pools.go)
+	// hostState is the state directory ClaimHost recorded for this host;
+	// set before Run.
+	hostState string
+	pl        pools // warm pools (pools.go)
 
 	bg       sync.WaitGroup // background work: creates, deletes, jobs
 	stopping chan struct{}
