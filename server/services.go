@@ -104,12 +104,27 @@ func newServiceProxy() *serviceProxy {
 	return p
 }
 
+func agentKey(agentAddr string) string {
+	sum := sha256.Sum256([]byte(agentAddr))
+	return "svc-" + hex.EncodeToString(sum[:10]) + ":"
+}
+
 // host returns the URL host for a sandbox's port, registering its agent.
 func (p *serviceProxy) host(agentAddr string, a manager.Agent, port int) string {
-	sum := sha256.Sum256([]byte(agentAddr))
-	h := "svc-" + hex.EncodeToString(sum[:10]) + ":" + strconv.Itoa(port)
+	h := agentKey(agentAddr) + strconv.Itoa(port)
 	p.targets.Store(h, serviceTarget{agent: a, port: port})
 	return h
+}
+
+// forget drops the targets of an agent that is gone.
+func (p *serviceProxy) forget(agentAddr string) {
+	prefix := agentKey(agentAddr)
+	p.targets.Range(func(k, _ any) bool {
+		if strings.HasPrefix(k.(string), prefix) {
+			p.targets.Delete(k)
+		}
+		return true
+	})
 }
 
 // dial opens a byte stream to the service through its agent's /dial.
@@ -176,9 +191,13 @@ func (s *Server) serviceRoutes() []route {
 		{method: "DELETE", path: "/sandboxes/:id/services/:port", summary: "Revoke a port's URLs (at once)", response: api.ServiceRevoked{}, handler: s.revokeService},
 	}
 	// The service's own traffic: any method, the token is the credential.
-	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"} {
-		rs = append(rs, route{method: m, path: "/s/:token/*path", summary: "Traffic to an exposed service (the URL's token authenticates it; WebSocket upgrades pass)",
-			public: true, stream: true, rawBody: true, produces: "*/*", handler: s.proxyService})
+	// The bare URL is the service's "/" (a WebSocket client cannot follow
+	// a redirect to the slashed form).
+	for _, p := range []string{"/s/:token", "/s/:token/*path"} {
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"} {
+			rs = append(rs, route{method: m, path: p, summary: "Traffic to an exposed service (the URL's token authenticates it; WebSocket upgrades pass)",
+				public: true, stream: true, rawBody: true, produces: "*/*", handler: s.proxyService})
+		}
 	}
 	return rs
 }
@@ -433,6 +452,9 @@ func (s *Server) revokeServices(ctx context.Context, rec store.Sandbox, port int
 	svcs, err := s.sandboxServices(ctx, docs, rec)
 	if err != nil {
 		return 0, err
+	}
+	if port == 0 && rec.AgentAddr != "" {
+		s.svc.forget(rec.AgentAddr)
 	}
 	n := 0
 	for k, d := range svcs {

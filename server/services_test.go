@@ -188,6 +188,10 @@ func TestServiceEndpoints(t *testing.T) {
 		if st != 200 || string(b) != "ok" {
 			t.Fatalf("GET /health: %d %s", st, b)
 		}
+		// The bare URL is the service's "/" (which answers 404 "no").
+		if st, _, b = plain(t, "GET", url, nil, nil); st != 404 || string(b) != "no" {
+			t.Fatalf("GET the bare URL: %d %s", st, b)
+		}
 		st, _, b = plain(t, "POST", url+"/echo?x=1&y=%2F", strings.NewReader("payload"), map[string]string{"X-API-Key": srv.APIKey})
 		var got map[string]any
 		if st != 200 || json.Unmarshal(b, &got) != nil {
