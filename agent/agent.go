@@ -212,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("/desktop/", s.handleDesktop)
 	s.route("POST "+egress.TunnelPath, s.handleTunnel)
 	s.route("GET /egress/log", s.handleNetwork)
+	s.route("GET "+api.AgentDialPath, s.handleDial)
 	s.route("/", s.handleUnknown)
 	return s, nil
 }

@@ -262,6 +262,27 @@ const (
 	CodeRecordingNotFound = "recording.not_found"
 )
 
+// Service endpoints: a port inside a sandbox exposed at a URL of the server
+// (POST /sandboxes/{id}/services, traffic through /s/{token}/...).
+const (
+	// CodeServicePortInvalid: the port is out of range or reserved (the
+	// agent's own port, the egress proxy's).
+	CodeServicePortInvalid = "service.port_invalid"
+	// CodeServiceNotExposed: the sandbox does not expose that port.
+	CodeServiceNotExposed = "service.not_exposed"
+	// CodeServiceTokenInvalid: a service URL's token is unknown, expired or
+	// revoked, or names a sandbox that is gone.
+	CodeServiceTokenInvalid = "service.token_invalid"
+	// CodeServiceUnreachable: nothing accepts connections on the port
+	// inside the sandbox, or the connection to it broke.
+	CodeServiceUnreachable = "service.unreachable"
+	// CodeServiceNotReady: with wait_ready, the service did not answer its
+	// health path with a 2xx within ready_timeout.
+	CodeServiceNotReady = "service.not_ready"
+	// CodeServiceTimeout: the service did not answer a proxied request in time.
+	CodeServiceTimeout = "service.timeout"
+)
+
 // Policies the batch runner drives: the agent under test, not the
 // environment, so none of these ends an episode env_error.
 const (

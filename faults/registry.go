@@ -55,6 +55,14 @@ var registry = []CodeInfo{
 	{CodeSnapshotUnavailable, NotImplemented, Client, false, false, "This sandbox cannot be snapshotted or forked: the runtime has no snapshots (Kubernetes), or the sandbox was started by an earlier server process."},
 	{CodeSandboxGone, Canceled, Client, false, false, "The sandbox was deleted while work on it was starting or running."},
 
+	// Service endpoints.
+	{CodeServicePortInvalid, InvalidRequest, Client, false, false, "The port cannot be exposed: it is outside 1-65535 or reserved for the sandbox's agent or egress proxy."},
+	{CodeServiceNotExposed, NotFound, Client, false, false, "The sandbox does not expose that port (never exposed, or revoked)."},
+	{CodeServiceTokenInvalid, PermissionDenied, Client, false, false, "The service URL is not valid: its token is unknown, expired or revoked, or its sandbox is gone."},
+	{CodeServiceUnreachable, Unavailable, Sandbox, true, true, "Nothing accepts connections on the exposed port inside the sandbox, or the connection to it broke."},
+	{CodeServiceNotReady, Timeout, Sandbox, true, true, "The service did not answer its health path with a 2xx within ready_timeout."},
+	{CodeServiceTimeout, Timeout, Sandbox, true, true, "The service did not answer a proxied request in time."},
+
 	// Sandbox lifetime and agent.
 	{CodeAgentNotReady, Unavailable, Sandbox, true, true, "The sandbox's agent has not answered its health check yet."},
 	{CodeAgentUnreachable, Unavailable, Sandbox, true, true, "The sandbox's agent could not be reached or its connection broke."},

@@ -53,6 +53,11 @@ var codeStatus = map[string]int{
 	// §3.10: exec on a sandbox whose agent is not ready is a 404 ("agent
 	// not ready"); the failure itself is an unavailable sandbox (503).
 	faults.CodeAgentNotReady: http.StatusNotFound,
+	// Orchard Env's service routes: a service that does not get ready is a
+	// 408 (as /wait), one that cannot be reached a 502 ("Service
+	// unreachable").
+	faults.CodeServiceNotReady:    http.StatusRequestTimeout,
+	faults.CodeServiceUnreachable: http.StatusBadGateway,
 	// Starlette's 405 for a path that exists with another method; the
 	// failure is an invalid request (400).
 	faults.CodeMethodNotAllowed: http.StatusMethodNotAllowed,

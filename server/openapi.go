@@ -16,9 +16,11 @@ import (
 	"github.com/orchard/orchard/server/manager"
 )
 
-var ginParam = regexp.MustCompile(`:([a-zA-Z_]+)`)
+var ginParam = regexp.MustCompile(`[:*]([a-zA-Z_]+)`)
 
-// openAPIPath turns gin's "/sandboxes/:id" into "/sandboxes/{id}".
+// openAPIPath turns gin's "/sandboxes/:id" into "/sandboxes/{id}" (and a
+// catch-all "/s/:token/*path" into "/s/{token}/{path}", path holding the
+// rest of the URL).
 func openAPIPath(p string) string { return ginParam.ReplaceAllString(p, "{$1}") }
 
 // OpenAPI builds the OpenAPI 3 document from the route table.

@@ -337,8 +337,16 @@ func (s *Server) waitSandbox(c *gin.Context) error {
 
 func (s *Server) deleteSandbox(c *gin.Context) error {
 	id := c.Param("id")
+	rec, getErr := s.mgr.Get(c.Request.Context(), id)
 	if err := s.mgr.Delete(c.Request.Context(), id); err != nil {
 		return err
+	}
+	if getErr == nil {
+		// The sandbox's service URLs die with it (a URL also checks its
+		// sandbox on every request; this frees the records).
+		if _, err := s.revokeServices(c.Request.Context(), rec, 0); err != nil {
+			s.log.Warn("revoke services of a deleted sandbox", "sandbox_id", id, "err", err)
+		}
 	}
 	c.JSON(http.StatusOK, api.DeleteResponse{Status: "deleted", SandboxID: id})
 	return nil

@@ -53,6 +53,9 @@ type Config struct {
 	// SiteHealth reports the per-host circuit breakers at GET /sitehealth
 	// and in metrics; nil = no breaker (the route answers an empty list).
 	SiteHealth SiteHealth
+	// ServicePublicURL is the scheme and host service URLs start with
+	// (SERVICE_PUBLIC_BASE_URL); empty = the request's own.
+	ServicePublicURL string
 }
 
 // SiteHealth is what the server shows of the site breakers.
@@ -75,6 +78,7 @@ type Server struct {
 	evaluator *evaluate.Evaluator
 	recs      *recordings.Store // nil without Config.RecordingsDir
 	uploads   *uploadGate
+	svc       *serviceProxy
 }
 
 // New builds the server and its routes. The manager's store keeps the
@@ -106,7 +110,7 @@ func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mgr: mgr, log: log, engine: gin.New(),
 		eps: eps, suiteSums: map[string]string{}, tasks: cfg.Tasks, evaluator: &evaluate.Evaluator{Judge: cfg.Judge},
-		uploads: newUploadGate(cfg.MaxConcurrentUploads, uploadWait)}
+		uploads: newUploadGate(cfg.MaxConcurrentUploads, uploadWait), svc: newServiceProxy()}
 	if cfg.RecordingsDir != "" {
 		recs, err := recordings.NewStore(cfg.RecordingsDir)
 		if err != nil {
@@ -151,6 +155,7 @@ func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 	s.routes = append(append(append(append(s.table(), s.browserRoutes()...), s.desktopRoutes()...), s.episodeRoutes()...), s.uiRoutes()...)
 	s.routes = append(s.routes, s.snapshotRoutes()...)
 	s.routes = append(s.routes, s.poolRoutes()...)
+	s.routes = append(s.routes, s.serviceRoutes()...)
 	for _, r := range s.routes {
 		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody, r.public, r.stream)}
 		if !r.public {

@@ -183,7 +183,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	for _, rt := range engine.Routes() {
 		p := rt.Path
 		for _, seg := range strings.Split(p, "/") {
-			if strings.HasPrefix(seg, ":") {
+			if strings.HasPrefix(seg, ":") || strings.HasPrefix(seg, "*") {
 				p = strings.Replace(p, seg, "{"+seg[1:]+"}", 1)
 			}
 		}

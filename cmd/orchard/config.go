@@ -171,6 +171,7 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 	str("LOG_FORMAT", &cfg.LogFormat)
 
 	str("SERVICE_NAME", &cfg.Server.ServiceName)
+	str("SERVICE_PUBLIC_BASE_URL", &cfg.Server.ServicePublicURL)
 	if v := getenv("API_KEYS"); v != "" {
 		for _, k := range keySplit.Split(v, -1) {
 			if k != "" {

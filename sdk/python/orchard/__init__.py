@@ -1,6 +1,7 @@
 """Orchard's Python client (standard library only); see client.py."""
 
 from .client import (AsyncClient, Browser, Client, Desktop, Episode, Image, OrchardError, Sandbox,
-                     screenshot_bytes)
+                     ServiceEndpoint, screenshot_bytes)
 
-__all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
+__all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "ServiceEndpoint",
+           "screenshot_bytes"]

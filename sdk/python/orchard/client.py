@@ -26,7 +26,8 @@ import threading
 import time
 import urllib.parse
 
-__all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "screenshot_bytes"]
+__all__ = ["Client", "AsyncClient", "Sandbox", "Browser", "Desktop", "Episode", "Image", "OrchardError", "ServiceEndpoint",
+           "screenshot_bytes"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # KEEP_ALIVE_IDLE: a connection idle this long may have been closed by the
@@ -426,6 +427,28 @@ class Sandbox:
     def heartbeat(self):
         return self.client.json("POST", self._path("/heartbeat"))
 
+    def expose_service(self, port, ttl_seconds=None, wait_ready=False, health_path="/health", ready_timeout=60):
+        """Expose a service listening on port inside the sandbox (on any
+        address, loopback included) and return its ServiceEndpoint. The
+        URL is a bearer credential: anyone holding it reaches the service,
+        without an API key, until it expires (ttl_seconds, at most and by
+        default the sandbox's remaining lifetime) or is revoked. With
+        wait_ready, block until health_path answers 2xx (OrchardError
+        service.not_ready, 408, after ready_timeout seconds)."""
+        body = {"port": port, "wait_ready": wait_ready, "health_path": health_path, "ready_timeout": ready_timeout}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        timeout = (ready_timeout if wait_ready else 0) + self.client.timeout
+        return ServiceEndpoint(self.client.json("POST", self._path("/services"), body, timeout=timeout))
+
+    def list_services(self):
+        """The ports the sandbox exposes."""
+        return self.client.json("GET", self._path("/services")).get("ports", [])
+
+    def revoke_service(self, port):
+        """Stop exposing port: its URLs fail at once."""
+        return self.client.json("DELETE", self._path(f"/services/{int(port)}"))
+
     def pause(self):
         """Stop every process in place, memory kept; exec, files and actions
         raise OrchardError sandbox.paused (409) until resume()."""
@@ -481,6 +504,27 @@ class Sandbox:
 
     def list_files(self, path="/workspace"):
         return self.client.json("GET", self._path("/files/list"), query={"path": path})
+
+
+class ServiceEndpoint:
+    """An exposed service: url (HTTP; append the service's own paths) and
+    ws_url (the same for WebSocket clients), valid until expires_at."""
+
+    def __init__(self, data):
+        self.sandbox_id = data["sandbox_id"]
+        self.port = data["port"]
+        self.url = data["url"]
+        self.expires_at = data["expires_at"]
+
+    @property
+    def ws_url(self):
+        if self.url.startswith("https://"):
+            return "wss://" + self.url[len("https://"):]
+        return "ws://" + self.url[len("http://"):]
+
+    def __repr__(self):
+        # The URL is a credential: not shown.
+        return f"ServiceEndpoint(sandbox_id={self.sandbox_id!r}, port={self.port}, expires_at={self.expires_at})"
 
 
 def _actions(actions):
