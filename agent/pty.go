@@ -201,14 +201,20 @@ func shellQuote(s string) string {
 
 var shellUnsafe = regexp.MustCompile(`[^A-Za-z0-9_@%+=:,./-]`)
 
-// ptyArgv is the argv of an init frame.
-func ptyArgv(init api.PTYInitFrame) []string {
+// ptyArgv is the argv of an init frame. The login shell is bash, or the
+// image's sh (busybox, Alpine) when it has no bash.
+func ptyArgv(init api.PTYInitFrame, env []string, dir string) []string {
 	if !init.LoginShell {
 		return init.Cmd
 	}
 	q := make([]string, len(init.Cmd))
 	for i, a := range init.Cmd {
 		q[i] = shellQuote(a)
+	}
+	if _, err := lookPath("bash", env, dir); err != nil {
+		if _, err := lookPath("sh", env, dir); err == nil {
+			return []string{"sh", "-l", "-i", "-c", loginPrelude + strings.Join(q, " ")}
+		}
 	}
 	return []string{"bash", "--login", "-i", "-c", loginPrelude + strings.Join(q, " ")}
 }
@@ -269,7 +275,6 @@ func setWinsize(f *os.File, ws *pty.Winsize) error {
 // run starts the command and relays until it has exited and its output has
 // been drained.
 func (ps *ptySession) run(ctx context.Context, init api.PTYInitFrame) {
-	argv := ptyArgv(init)
 	def := ps.s.cfg.Cwd
 	dir := ""
 	if init.Cwd != nil {
@@ -285,6 +290,7 @@ func (ps *ptySession) run(ctx context.Context, init api.PTYInitFrame) {
 	if _, ok := envValue(env, "TERM"); !ok {
 		env = append(env, "TERM=xterm-256color")
 	}
+	argv := ptyArgv(init, env, dir)
 
 	path, err := lookPath(argv[0], env, dir)
 	if err != nil {

@@ -32,7 +32,10 @@ const (
 	// loginPrelude is what Orchard's login shell runs before the command
 	// (ORCHARD_COMPAT §0 fact 6): bash --login -i does not read ~/.bashrc
 	// itself.
-	loginPrelude = "if [ -f ~/.bashrc ]; then . ~/.bashrc; fi; "
+	// It also adds the sandbox's harness folders (ORCHARD_HARNESS_PATH,
+	// set by the runtime) to PATH again: the profile sets PATH afresh.
+	loginPrelude = "if [ -f ~/.bashrc ]; then . ~/.bashrc; fi; " +
+		`if [ -n "$ORCHARD_HARNESS_PATH" ]; then PATH="$PATH:$ORCHARD_HARNESS_PATH"; fi; `
 )
 
 // Stream names of api.ExecEvent.
@@ -92,6 +95,25 @@ func commandEnv(base []string, extra map[string]string) []string {
 		env = append(env, k+"="+extra[k])
 	}
 	return env
+}
+
+// withHarnessPath appends the sandbox's harness folders
+// (ORCHARD_HARNESS_PATH, set by the runtime: a pod's image decides its
+// PATH) to env's PATH, unless PATH ends with them already.
+func withHarnessPath(env []string) []string {
+	dirs, ok := envValue(env, "ORCHARD_HARNESS_PATH")
+	if !ok || dirs == "" {
+		return env
+	}
+	path, _ := envValue(env, "PATH")
+	if strings.HasSuffix(path, dirs) {
+		return env
+	}
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "PATH=") })
+	return append(out, "PATH="+path+":"+dirs)
 }
 
 // envValue is the last value of key in env, as execve would see it.
