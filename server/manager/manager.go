@@ -71,12 +71,12 @@ type Config struct {
 	// RuntimeImages leaves the image of a create that names none to the
 	// runtime (its default image per kind) instead of DefaultImage.
 	RuntimeImages           bool
-	DefaultCPU              string        // DEFAULT_CPU
-	DefaultMemory           string        // DEFAULT_MEMORY
-	DefaultEphemeralStorage string        // DEFAULT_EPHEMERAL_STORAGE: what a sandbox may write
+	DefaultCPU              string // DEFAULT_CPU
+	DefaultMemory           string // DEFAULT_MEMORY
+	DefaultEphemeralStorage string // DEFAULT_EPHEMERAL_STORAGE: what a sandbox may write
 	// DefaultHarnesses are the harnesses (or "all") of a create that names
 	// none (DEFAULT_HARNESSES); empty: none.
-	DefaultHarnesses []string
+	DefaultHarnesses        []string
 	DefaultTimeoutSeconds   int           // DEFAULT_TIMEOUT_SECONDS (exec)
 	WorkingDir              string        // DEFAULT_WORKING_DIR
 	SandboxTTL              time.Duration // SANDBOX_TTL_HOURS: hard cap on age
