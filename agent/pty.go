@@ -211,12 +211,7 @@ func ptyArgv(init api.PTYInitFrame, env []string, dir string) []string {
 	for i, a := range init.Cmd {
 		q[i] = shellQuote(a)
 	}
-	if _, err := lookPath("bash", env, dir); err != nil {
-		if _, err := lookPath("sh", env, dir); err == nil {
-			return []string{"sh", "-l", "-i", "-c", loginPrelude + strings.Join(q, " ")}
-		}
-	}
-	return []string{"bash", "--login", "-i", "-c", loginPrelude + strings.Join(q, " ")}
+	return imageShell([]string{"bash", "--login", "-i", "-c", loginPrelude + strings.Join(q, " ")}, env, dir)
 }
 
 // openPTY opens a pseudo-terminal pair of the given size. The master is

@@ -73,6 +73,30 @@ func shellArgv(cmd string, login bool) []string {
 	return []string{"bash", "-c", cmd}
 }
 
+// imageShell is argv, a bash command line, run by the image's sh when
+// the image has no bash but has sh (busybox, Alpine, the harness store's
+// launchers need nothing more): `sh -l -i -c` for `bash --login -i -c`.
+// With neither, argv stays as it is, and fails as it always did.
+func imageShell(argv []string, env []string, dir string) []string {
+	if len(argv) == 0 || argv[0] != "bash" {
+		return argv
+	}
+	if _, err := lookPath("bash", env, dir); err == nil {
+		return argv
+	}
+	if _, err := lookPath("sh", env, dir); err != nil {
+		return argv
+	}
+	out := []string{"sh"}
+	for _, a := range argv[1:] {
+		if a == "--login" {
+			a = "-l"
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 // commandEnv is base minus strippedEnv, overlaid with extra.
 func commandEnv(base []string, extra map[string]string) []string {
 	env := make([]string, 0, len(base)+len(extra))
