@@ -30,7 +30,7 @@ func (s *Store) installPip(ctx context.Context, gen string, sp Spec, version str
 	pkg := filepath.Join(gen, sp.Name, "pkg")
 	args := []string{"-m", "pip", "install", "--disable-pip-version-check", "--no-warn-script-location", "--target", pkg}
 	if src, ok := s.PipSource[sp.Name]; ok {
-		args = append(args, "--no-index", "--no-build-isolation", src)
+		args = append(args, "--no-index", src)
 	} else {
 		ref := sp.Package
 		if version != "" {
@@ -44,11 +44,17 @@ func (s *Store) installPip(ctx context.Context, gen string, sp Spec, version str
 		}
 		return "", err
 	}
-	out, err := exec.CommandContext(ctx, py, "-c", "import sys, sysconfig; print(sysconfig.get_paths()['stdlib']); print('python%d.%d' % sys.version_info[:2])").Output()
+	// The interpreter itself (python3 on PATH may be a wrapper script, as
+	// pyenv's are), its standard library and its version.
+	out, err := exec.CommandContext(ctx, py, "-c", "import sys, sysconfig; print(sys.executable); print(sysconfig.get_paths()['stdlib']); print('python%d.%d' % sys.version_info[:2])").Output()
 	if err != nil {
 		return "", fmt.Errorf("python stdlib: %w", err)
 	}
-	stdlib, ver, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 {
+		return "", fmt.Errorf("python stdlib: unexpected answer %q", out)
+	}
+	py, stdlib, ver := lines[0], lines[1], lines[2]
 	if err := s.copyRuntime(gen, "python", py); err != nil {
 		return "", err
 	}
