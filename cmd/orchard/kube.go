@@ -25,8 +25,8 @@ const kubeConcurrentCreates = 1000
 
 // KubeConfig is the Kubernetes runtime's settings (--runtime kube).
 type KubeConfig struct {
-	Kubeconfig   string // --kubeconfig / KUBECONFIG; empty: in-cluster
-	AgentImage   string // --kube-agent-image / ORCHARD_KUBE_AGENT_IMAGE
+	Kubeconfig string // --kubeconfig / KUBECONFIG; empty: in-cluster
+	AgentImage string // --kube-agent-image / ORCHARD_KUBE_AGENT_IMAGE
 	// HarnessImage (ORCHARD_KUBE_HARNESS_IMAGE) holds a harness store
 	// generation, mounted into sandbox pods that ask for harnesses;
 	// Harnesses (ORCHARD_KUBE_HARNESSES, comma-separated) names what it holds.
