@@ -167,3 +167,55 @@ func TestHarness(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkHarness measures what harnesses cost a sandbox: its create to
+// ready with and without every harness (a bind mount, so no measurable
+// difference is the goal), and each harness's --version through exec in
+// a busybox-only sandbox and in a host sandbox.
+//
+//	go test -run '^$' -bench BenchmarkHarness -benchtime 10x ./server/
+func BenchmarkHarness(b *testing.B) {
+	storeDir := testenv.HarnessStore(b)
+	images := b.TempDir()
+	writeImages(b, images, busyboxImage(b))
+	srv := testserver.Start(b, testserver.Options{ImageDirs: []string{images}, HarnessDir: storeDir})
+	busyboxRef := "oci-layout:" + filepath.Join(images, "layout")
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+	}{
+		{"create/host/none", map[string]any{}},
+		{"create/host/all", map[string]any{"harnesses": "all"}},
+		{"create/busybox/none", map[string]any{"image": busyboxRef}},
+		{"create/busybox/all", map[string]any{"image": busyboxRef, "harnesses": "all"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				body := map[string]any{}
+				for k, v := range tc.body {
+					body[k] = v
+				}
+				id := createReady(b, srv, body)
+				b.StopTimer()
+				call(b, srv, "DELETE", "/sandboxes/"+id, nil)
+				b.StartTimer()
+			}
+		})
+	}
+	for _, image := range []string{"host", busyboxRef} {
+		id := createReady(b, srv, map[string]any{"image": image, "harnesses": "all"})
+		label := "host"
+		if image != "host" {
+			label = "busybox"
+		}
+		for _, n := range testenv.NPMHarnesses {
+			b.Run("version/"+label+"/"+n, func(b *testing.B) {
+				for b.Loop() {
+					if j := execWait(b, srv, id, map[string]any{"command": n + " --version", "timeout": 120}); j.ExitCode == nil || *j.ExitCode != 0 {
+						b.Fatalf("%s --version: %+v", n, j)
+					}
+				}
+			})
+		}
+	}
+}
