@@ -107,4 +107,19 @@ func TestHarnessPip(t *testing.T) {
 	if j := execWait(t, srv, id, map[string]any{"command": "command -v python3 node"}); j.ExitCode == nil || *j.ExitCode == 0 {
 		t.Errorf("the busybox image has python3 or node on PATH: %q", j.Stdout)
 	}
+
+	// Removing it writes a new generation: new creates cannot ask for it,
+	// the running sandbox keeps the generation it started with.
+	if err := s.Remove([]string{"hermes"}); err != nil {
+		t.Fatal(err)
+	}
+	if hs, err := s.List(); err != nil || len(hs) != 0 {
+		t.Errorf("store after rm hermes: %+v, %v", hs, err)
+	}
+	if r := call(t, srv, "POST", "/sandboxes", map[string]any{"image": "host", "block_network": true, "harnesses": []string{"hermes"}}); r.status != 422 {
+		t.Errorf("create with a removed harness: %d %s, want 422", r.status, r.raw)
+	}
+	if j := execWait(t, srv, id, map[string]any{"command": "hermes --version"}); j.ExitCode == nil || *j.ExitCode != 0 {
+		t.Errorf("hermes in the sandbox created before rm: exit %v, stderr %q", exitOf(j), j.Stderr)
+	}
 }

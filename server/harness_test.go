@@ -77,9 +77,18 @@ func TestHarness(t *testing.T) {
 	for _, h := range installed {
 		versions[h.Name] = h.Version
 	}
+	// The store honours the lock file the test environment installs from.
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := (&harness.Store{LockFile: filepath.Join(root, "harness", "testdata", "harnesses.lock")}).ReadLock()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range testenv.NPMHarnesses {
-		if versions[n] == "" {
-			t.Fatalf("store lacks %s: %+v", n, installed)
+		if versions[n] == "" || versions[n] != lock[n] {
+			t.Fatalf("store has %s at %q, the lock file pins %q", n, versions[n], lock[n])
 		}
 	}
 	images := t.TempDir()
