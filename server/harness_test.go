@@ -157,6 +157,28 @@ func TestHarness(t *testing.T) {
 		}
 	})
 
+	t.Run("fork", func(t *testing.T) {
+		// A fork keeps its source's harnesses; a fork of a sandbox
+		// without any has none.
+		for _, tc := range []struct {
+			id   string
+			want bool
+		}{{host, true}, {plain, false}} {
+			r := call(t, srv, "POST", "/sandboxes/"+tc.id+"/fork", map[string]any{"count": 1})
+			want(t, r, 200)
+			sbs, _ := r.body["sandboxes"].([]any)
+			if len(sbs) != 1 {
+				t.Fatalf("fork: %s", r.raw)
+			}
+			fork := sbs[0].(map[string]any)["sandbox_id"].(string)
+			j := execWait(t, srv, fork, map[string]any{"command": "codex --version"})
+			if got := j.ExitCode != nil && *j.ExitCode == 0; got != tc.want {
+				t.Errorf("codex in a fork of %s: exit %v, stdout %q; want it on PATH: %v", tc.id, exitOf(j), j.Stdout, tc.want)
+			}
+			call(t, srv, "DELETE", "/sandboxes/"+fork, nil)
+		}
+	})
+
 	t.Run("unknown names", func(t *testing.T) {
 		for _, tc := range []struct {
 			harnesses any
