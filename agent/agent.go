@@ -120,7 +120,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Root = DefaultRoot
 	}
 	if c.Env == nil {
-		c.Env = os.Environ()
+		c.Env = withHarnessPath(os.Environ())
 	}
 	if c.Cwd == "" {
 		if wd, ok := envValue(c.Env, "WORKING_DIR"); ok && wd != "" {

@@ -37,10 +37,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	env := commandEnv(s.cfg.Env, req.Env)
 	spec := runSpec{
-		argv:        shellArgv(req.Command, req.LoginShell),
+		argv:        imageShell(shellArgv(req.Command, req.LoginShell), env, dir),
 		dir:         dir,
-		env:         commandEnv(s.cfg.Env, req.Env),
+		env:         env,
 		timeout:     timeout,
 		maxOutput:   maxOut,
 		loginFilter: req.LoginShell,

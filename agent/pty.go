@@ -201,8 +201,9 @@ func shellQuote(s string) string {
 
 var shellUnsafe = regexp.MustCompile(`[^A-Za-z0-9_@%+=:,./-]`)
 
-// ptyArgv is the argv of an init frame.
-func ptyArgv(init api.PTYInitFrame) []string {
+// ptyArgv is the argv of an init frame. The login shell is bash, or the
+// image's sh (busybox, Alpine) when it has no bash.
+func ptyArgv(init api.PTYInitFrame, env []string, dir string) []string {
 	if !init.LoginShell {
 		return init.Cmd
 	}
@@ -210,7 +211,7 @@ func ptyArgv(init api.PTYInitFrame) []string {
 	for i, a := range init.Cmd {
 		q[i] = shellQuote(a)
 	}
-	return []string{"bash", "--login", "-i", "-c", loginPrelude + strings.Join(q, " ")}
+	return imageShell([]string{"bash", "--login", "-i", "-c", loginPrelude + strings.Join(q, " ")}, env, dir)
 }
 
 // openPTY opens a pseudo-terminal pair of the given size. The master is
@@ -269,7 +270,6 @@ func setWinsize(f *os.File, ws *pty.Winsize) error {
 // run starts the command and relays until it has exited and its output has
 // been drained.
 func (ps *ptySession) run(ctx context.Context, init api.PTYInitFrame) {
-	argv := ptyArgv(init)
 	def := ps.s.cfg.Cwd
 	dir := ""
 	if init.Cwd != nil {
@@ -285,6 +285,7 @@ func (ps *ptySession) run(ctx context.Context, init api.PTYInitFrame) {
 	if _, ok := envValue(env, "TERM"); !ok {
 		env = append(env, "TERM=xterm-256color")
 	}
+	argv := ptyArgv(init, env, dir)
 
 	path, err := lookPath(argv[0], env, dir)
 	if err != nil {

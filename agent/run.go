@@ -32,7 +32,10 @@ const (
 	// loginPrelude is what Orchard's login shell runs before the command
 	// (ORCHARD_COMPAT §0 fact 6): bash --login -i does not read ~/.bashrc
 	// itself.
-	loginPrelude = "if [ -f ~/.bashrc ]; then . ~/.bashrc; fi; "
+	// It also adds the sandbox's harness folders (ORCHARD_HARNESS_PATH,
+	// set by the runtime) to PATH again: the profile sets PATH afresh.
+	loginPrelude = "if [ -f ~/.bashrc ]; then . ~/.bashrc; fi; " +
+		`if [ -n "$ORCHARD_HARNESS_PATH" ]; then PATH="$PATH:$ORCHARD_HARNESS_PATH"; fi; `
 )
 
 // Stream names of api.ExecEvent.
@@ -70,6 +73,30 @@ func shellArgv(cmd string, login bool) []string {
 	return []string{"bash", "-c", cmd}
 }
 
+// imageShell is argv, a bash command line, run by the image's sh when
+// the image has no bash but has sh (busybox, Alpine, the harness store's
+// launchers need nothing more): `sh -l -i -c` for `bash --login -i -c`.
+// With neither, argv stays as it is, and fails as it always did.
+func imageShell(argv []string, env []string, dir string) []string {
+	if len(argv) == 0 || argv[0] != "bash" {
+		return argv
+	}
+	if _, err := lookPath("bash", env, dir); err == nil {
+		return argv
+	}
+	if _, err := lookPath("sh", env, dir); err != nil {
+		return argv
+	}
+	out := []string{"sh"}
+	for _, a := range argv[1:] {
+		if a == "--login" {
+			a = "-l"
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 // commandEnv is base minus strippedEnv, overlaid with extra.
 func commandEnv(base []string, extra map[string]string) []string {
 	env := make([]string, 0, len(base)+len(extra))
@@ -92,6 +119,25 @@ func commandEnv(base []string, extra map[string]string) []string {
 		env = append(env, k+"="+extra[k])
 	}
 	return env
+}
+
+// withHarnessPath appends the sandbox's harness folders
+// (ORCHARD_HARNESS_PATH, set by the runtime: a pod's image decides its
+// PATH) to env's PATH, unless PATH ends with them already.
+func withHarnessPath(env []string) []string {
+	dirs, ok := envValue(env, "ORCHARD_HARNESS_PATH")
+	if !ok || dirs == "" {
+		return env
+	}
+	path, _ := envValue(env, "PATH")
+	if strings.HasSuffix(path, dirs) {
+		return env
+	}
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "PATH=") })
+	return append(out, "PATH="+path+":"+dirs)
 }
 
 // envValue is the last value of key in env, as execve would see it.

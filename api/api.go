@@ -72,6 +72,34 @@ type CreateSandboxRequest struct {
 	Exec []string `json:"exec,omitempty" doc:"commands (bash -c, 120 s each) run before the sandbox is ready and before a snapshot's browser state is restored; a failing one fails the sandbox"`
 	// Pool claims a ready sandbox of that warm pool (POST /pools).
 	Pool string `json:"pool,omitempty" doc:"claim a ready sandbox of this warm pool; its spec must match in every setting a claim cannot change"`
+	// Harnesses puts coding-agent harnesses on the sandbox's PATH.
+	Harnesses HarnessList `json:"harnesses,omitempty" doc:"coding-agent harnesses on PATH (codex, claude, opencode, pi, hermes), from the server's read-only harness store at /.orchard/harnesses; \"all\" (or [\"all\"]): every installed one; absent: the server's default (DEFAULT_HARNESSES); []: none. Credentials are not stored: pass them per call in env"`
+}
+
+// HarnessList is the `harnesses` of a create request: a list of names, or
+// the string "all". Nil: the server's default; empty: none.
+type HarnessList []string
+
+// UnmarshalJSON accepts a list of names or one name ("all").
+func (h *HarnessList) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*h = nil
+		return nil
+	}
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*h = HarnessList{one}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	if list == nil {
+		list = []string{}
+	}
+	*h = list
+	return nil
 }
 
 // Egress is the `egress` object of a create request.

@@ -258,7 +258,7 @@ func TestChartRenders(t *testing.T) {
 			if ref := e["API_KEYS"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "orchard-api-keys" || ref.SecretKeyRef.Key != "API_KEYS" {
 				t.Errorf("API_KEYS from %+v, want Secret orchard-api-keys key API_KEYS", ref)
 			}
-			for _, name := range []string{"ORCHARD_KUBE_NODE_SELECTOR", "ORCHARD_KUBE_TOLERATIONS", "REDIS_PASSWORD", "SERVICE_NAME"} {
+			for _, name := range []string{"ORCHARD_KUBE_NODE_SELECTOR", "ORCHARD_KUBE_TOLERATIONS", "REDIS_PASSWORD", "SERVICE_NAME", "ORCHARD_KUBE_HARNESS_IMAGE", "DEFAULT_HARNESSES"} {
 				if _, ok := e[name]; ok {
 					t.Errorf("env %s set by default", name)
 				}
@@ -284,6 +284,14 @@ func TestChartRenders(t *testing.T) {
 			if r := cr.Rules; len(r) != 1 || !slices.Equal(r[0].Resources, []string{"nodes"}) || !slices.Equal(r[0].Verbs, []string{"list"}) {
 				t.Errorf("nodes ClusterRole rules %+v, want list nodes only", r)
 			}
+		}},
+		{"harnesses", []string{"--set", "harnesses.enabled=true", "--set", "harnesses.default={codex,claude}"}, func(t *testing.T, docs []doc) {
+			e := env(find[*appsv1.Deployment](t, docs, "Deployment", "orchard").Spec.Template.Spec.Containers[0])
+			wantEnv(t, e, map[string]string{
+				"ORCHARD_KUBE_HARNESS_IMAGE": "registry.example.com/orchard/orchard-harnesses:0.1.0",
+				"ORCHARD_KUBE_HARNESSES":     "claude,codex,opencode,pi",
+				"DEFAULT_HARNESSES":          "codex,claude",
+			})
 		}},
 		{"production values", []string{"--values", custom}, func(t *testing.T, docs []doc) {
 			d := find[*appsv1.Deployment](t, docs, "Deployment", "orchard")

@@ -48,6 +48,11 @@ type Spec struct {
 	// starts from, top first, stacked over its image: the filesystem a
 	// snapshot kept. Empty: the image alone.
 	Layers []string `json:",omitempty"`
+	// Harnesses are the coding-agent harnesses (harness.Names) the
+	// sandbox has on PATH, from the backend's read-only harness store
+	// mounted at harness.MountPath; names the backend reported installed
+	// (HarnessLister).
+	Harnesses []string `json:",omitempty"`
 }
 
 // Network modes of Spec.NetworkMode.
@@ -179,6 +184,12 @@ type Node struct {
 // the machine it runs on.
 type NodeLister interface {
 	Nodes(ctx context.Context) ([]Node, error)
+}
+
+// HarnessLister is an optional ability: the harnesses a sandbox can have
+// (Spec.Harnesses). A backend without it offers none.
+type HarnessLister interface {
+	Harnesses() ([]string, error)
 }
 
 // Closer is an optional ability: release backend resources at shutdown

@@ -22,8 +22,10 @@ cd "$(dirname "$0")/.."
 # which honours a configured registry or mirror;
 # python3 runs the Python client's suite (sdk/python) against a server;
 # e2fsprogs (mkfs.ext4) formats the filesystems that hold sandboxes'
-# writable layers on disk; shellcheck checks the deploy scripts.
-PACKAGES=(git gcc python3 libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs e2fsprogs shellcheck)
+# writable layers on disk; shellcheck checks the deploy scripts;
+# python3-pip installs pip harnesses (the harness store's tests install one
+# from a wheel the test builds, without an index).
+PACKAGES=(git gcc python3 python3-pip libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs e2fsprogs shellcheck)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi
@@ -49,6 +51,21 @@ install_packages() {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# npm installs the coding-agent harnesses of the harness store's tests
+# from the npm registry (into ~/.cache/orchard, once per machine). A
+# Node.js from NodeSource carries its own npm, which Debian's npm package
+# would conflict with: Debian's is installed only when there is none.
+# Debian 12's node (18) is older than pi needs (20.6): the store then
+# fetches Node.js 20 from the npm registry itself (harness/store.go).
+need_npm() {
+  command -v npm >/dev/null 2>&1 && return
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "npm is missing: install it with: sudo apt-get install -y npm" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
 }
 
 build() {
@@ -117,6 +134,7 @@ case "$cmd" in
     exec bin/orchard demo "$@" ;;
   test)
     install_packages
+    need_npm
     build
     fetch_playwright
     # The chart's tests render it with helm, built once from the Go

@@ -51,7 +51,7 @@ func TestCreateWithoutImage(t *testing.T) {
 // /bin/busybox and /bin/sh, and imageMotd in /etc/motd.
 const imageMotd = "from the test image\n"
 
-func busyboxImage(t *testing.T) v1.Image {
+func busyboxImage(t testing.TB) v1.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	testenv.Require(t, "busybox", err == nil, "install busybox-static to build test images")
@@ -105,7 +105,7 @@ func busyboxImage(t *testing.T) v1.Image {
 
 // writeImages writes img into dir as a docker archive (image.tar) and an
 // OCI layout (layout/).
-func writeImages(t *testing.T, dir string, img v1.Image) {
+func writeImages(t testing.TB, dir string, img v1.Image) {
 	t.Helper()
 	tag, _ := name.NewTag("orchard/test:v1")
 	if err := tarball.WriteToFile(filepath.Join(dir, "image.tar"), tag, img); err != nil {

@@ -140,7 +140,7 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 		return map[string]any{"nullable": true, "oneOf": []any{
 			schemaOf(reflect.TypeFor[api.BrowserObservation](), schemas),
 			schemaOf(reflect.TypeFor[api.DesktopObservation](), schemas)}}
-	case t.Name() == "Command" && t.Kind() == reflect.String:
+	case t.Name() == "Command" && t.Kind() == reflect.String, t.Name() == "HarnessList":
 		s = map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}
 	case t.Kind() == reflect.Struct:
 		name := t.Name()

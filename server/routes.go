@@ -278,6 +278,9 @@ func (s *Server) sandboxParams(p *manager.CreateParams, req api.CreateSandboxReq
 		}
 	}
 	p.StartExec = req.Exec
+	if req.Harnesses != nil {
+		p.Harnesses = req.Harnesses
+	}
 	return nil
 }
 

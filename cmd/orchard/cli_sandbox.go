@@ -34,6 +34,7 @@ func sandboxCreateCmd(conn *connection) *cobra.Command {
 		req              api.CreateSandboxRequest
 		id, cpu, memory  string
 		labels, env      []string
+		harnesses        []string
 		network, wait    bool
 		asJSON           bool
 		readyTimeout     int
@@ -74,6 +75,9 @@ is ready (a sandbox that fails to start is deleted).`,
 			if ttlSeconds > 0 {
 				req.TTLSeconds = &ttlSeconds
 			}
+			if cmd.Flags().Changed("harness") {
+				req.Harnesses = append(api.HarnessList{}, harnesses...)
+			}
 			c := conn.client()
 			ctx := cmd.Context()
 			created, err := c.CreateSandbox(ctx, req)
@@ -111,6 +115,7 @@ is ready (a sandbox that fails to start is deleted).`,
 	f.IntVar(&ttlSeconds, "ttl", 0, "idle lifetime in seconds (default: the server's)")
 	f.BoolVar(&wait, "wait", false, "wait until the sandbox is ready")
 	f.BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	f.StringSliceVar(&harnesses, "harness", nil, "coding-agent harnesses on PATH: codex, claude, opencode, pi, hermes or all (repeatable or comma-separated; default: the server's)")
 	return cmd
 }
 

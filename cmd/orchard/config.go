@@ -43,6 +43,10 @@ type Config struct {
 	// image references may name (--image-dir, repeated, or
 	// ORCHARD_IMAGE_DIRS, separated by ':'); none by default.
 	ImageDirs []string
+	// Harnesses are installed into the harness store (STATE_DIR/harnesses)
+	// at start, at the lock file's versions (--harnesses, repeated, or
+	// ORCHARD_HARNESSES, comma-separated; "all": every known one).
+	Harnesses []string
 	// ShutdownTimeout bounds graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cut.
 	ShutdownTimeout time.Duration
@@ -138,6 +142,16 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 			if b, err := parseBool(v); err == nil && b {
 				cfg.Store = "redis"
 			}
+		}
+	}
+	if !flagSet("harnesses") {
+		if v := getenv("ORCHARD_HARNESSES"); v != "" {
+			cfg.Harnesses = strings.Split(v, ",")
+		}
+	}
+	if !flagSet("default-harnesses") {
+		if v := getenv("DEFAULT_HARNESSES"); v != "" {
+			cfg.Manager.DefaultHarnesses = strings.Split(v, ",")
 		}
 	}
 	if !flagSet("host-expose") {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/harness"
 	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/kube"
 )
@@ -24,8 +25,13 @@ const kubeConcurrentCreates = 1000
 
 // KubeConfig is the Kubernetes runtime's settings (--runtime kube).
 type KubeConfig struct {
-	Kubeconfig   string // --kubeconfig / KUBECONFIG; empty: in-cluster
-	AgentImage   string // --kube-agent-image / ORCHARD_KUBE_AGENT_IMAGE
+	Kubeconfig string // --kubeconfig / KUBECONFIG; empty: in-cluster
+	AgentImage string // --kube-agent-image / ORCHARD_KUBE_AGENT_IMAGE
+	// HarnessImage (ORCHARD_KUBE_HARNESS_IMAGE) holds a harness store
+	// generation, mounted into sandbox pods that ask for harnesses;
+	// Harnesses (ORCHARD_KUBE_HARNESSES, comma-separated) names what it holds.
+	HarnessImage string
+	Harnesses    string
 	ShellImage   string // ORCHARD_KUBE_SHELL_IMAGE: the default image of shell sandboxes
 	BrowserImage string // ORCHARD_KUBE_BROWSER_IMAGE
 	DesktopImage string // ORCHARD_KUBE_DESKTOP_IMAGE
@@ -57,6 +63,8 @@ func (k *KubeConfig) loadEnv(str func(string, *string), flagSet func(string) boo
 	str("ORCHARD_KUBE_NODE_SELECTOR", &k.NodeSelector)
 	str("ORCHARD_KUBE_TOLERATIONS", &k.Tolerations)
 	str("ORCHARD_KUBE_PULL_SECRETS", &k.PullSecrets)
+	str("ORCHARD_KUBE_HARNESS_IMAGE", &k.HarnessImage)
+	str("ORCHARD_KUBE_HARNESSES", &k.Harnesses)
 }
 
 // runtimeConfig is the kube runtime's Config for namespace ns.
@@ -65,6 +73,12 @@ func (k KubeConfig) runtimeConfig(ns string, log *slog.Logger) (kube.Config, err
 		Images: map[string]string{api.KindShell: k.ShellImage, api.KindBrowser: k.BrowserImage, api.KindDesktop: k.DesktopImage}}
 	if k.AgentImage == "" {
 		return cfg, fmt.Errorf("kube runtime: set the agent image (--kube-agent-image or ORCHARD_KUBE_AGENT_IMAGE)")
+	}
+	cfg.HarnessImage, cfg.Harnesses = k.HarnessImage, split(k.Harnesses)
+	for _, n := range cfg.Harnesses {
+		if _, ok := harness.Known(n); !ok {
+			return cfg, fmt.Errorf("ORCHARD_KUBE_HARNESSES: unknown harness %q", n)
+		}
 	}
 	sel, err := pairs(k.NodeSelector, "=")
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/orchard/orchard/agentbin"
 	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/evaluate"
+	"github.com/orchard/orchard/harness"
 	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime"
 	"github.com/orchard/orchard/runtime/local"
@@ -61,6 +62,8 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 	f.StringVar(&cfg.Store, "store", cfg.Store, "state store: memory, or redis for several replicas (env ORCHARD_STORE, USE_REDIS; REDIS_URL)")
 	f.StringArrayVar(&cfg.ImageDirs, "image-dir", nil, "directory whose archives and layouts docker-archive: and oci-layout: images may name; repeat for more (env ORCHARD_IMAGE_DIRS, ':'-separated; none by default)")
 	f.StringArrayVar(&cfg.HostExpose, "host-expose", nil, "host path that \"host\" sandboxes see read-only although a mask hides it; repeat for more (env ORCHARD_HOST_EXPOSE, ':'-separated)")
+	f.StringSliceVar(&cfg.Harnesses, "harnesses", nil, "coding-agent harnesses to install into the harness store at start ("+strings.Join(harness.Names(), ", ")+", or all; env ORCHARD_HARNESSES); see `orchard harness`")
+	f.StringSliceVar(&cfg.Manager.DefaultHarnesses, "default-harnesses", nil, "harnesses on the PATH of a sandbox whose create names none (or all; env DEFAULT_HARNESSES)")
 	f.StringVar(&cfg.Manager.DefaultEphemeralStorage, "default-ephemeral-storage", cfg.Manager.DefaultEphemeralStorage,
 		"what a sandbox that names no ephemeral_storage may write to its filesystem, on the host's disk (env DEFAULT_EPHEMERAL_STORAGE)")
 	return cmd
@@ -321,8 +324,19 @@ func newRuntime(ctx context.Context, cfg *Config, stateDir, agentPath, initPath 
 		}
 		return kr, nil
 	}
+	hs := &harness.Store{Dir: filepath.Join(stateDir, "harnesses"), Out: os.Stderr}
+	if len(cfg.Harnesses) > 0 {
+		names := cfg.Harnesses
+		if len(names) == 1 && names[0] == harness.All {
+			names = harness.Names()
+		}
+		if err := hs.Install(ctx, names); err != nil {
+			return nil, err
+		}
+	}
 	lr, err := local.New(local.Config{
 		StateDir: filepath.Join(stateDir, "runtime"), AgentPath: agentPath, InitPath: initPath, Logger: log,
+		HarnessDir: hs.Dir,
 		// All of it: the API key, recordings, the agent binary.
 		HostMasks:  []string{stateDir},
 		HostExpose: cfg.HostExpose,

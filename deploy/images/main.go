@@ -1,6 +1,7 @@
 // Command images builds Orchard's container images without Docker:
 // orchard-server, orchard-agent, orchard-shell, orchard-browser and
-// orchard-desktop (spec.go), into an OCI layout, a docker-archive tarball
+// orchard-desktop (spec.go), and orchard-harnesses from a harness store
+// (--store, harnesses.go), into an OCI layout, a docker-archive tarball
 // or a registry.
 //
 //	go run ./deploy/images [flags] NAME
@@ -8,6 +9,7 @@
 //	  --push REGISTRY/REPO:TAG [--insecure]
 //	  --tag REPO:TAG                        (the archive's and layout's name)
 //	  --lock FILE [--update-lock]           (pinned packages, JSON)
+//	  --store STATE_DIR/harnesses           (orchard-harnesses only)
 //
 // The root filesystem is made from Debian packages the way distroless and
 // apko make theirs, rather than with debootstrap or mmdebstrap: the host's
@@ -74,6 +76,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cache := fs.String("cache", "", "directory of downloaded .debs (default ~/.cache/orchard/images/debs)")
 	lock := fs.String("lock", "", "JSON file of pinned packages: built from when it exists, written otherwise")
 	updateLock := fs.Bool("update-lock", false, "resolve the packages afresh and rewrite --lock")
+	store := fs.String("store", "", "harness store folder (STATE_DIR/harnesses) the orchard-harnesses image is made of")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,9 +84,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fs.NArg() != 1 {
 		return errors.New("usage: images [--out oci:DIR|docker-archive:FILE]... [--push REF] NAME")
 	}
-	spec, err := lookup(fs.Arg(0))
-	if err != nil {
-		return err
+	spec := Spec{Name: harnessesName}
+	var err error
+	if fs.Arg(0) != harnessesName {
+		if spec, err = lookup(fs.Arg(0)); err != nil {
+			return err
+		}
+	} else if *store == "" {
+		return errors.New("orchard-harnesses is made of a harness store: give --store STATE_DIR/harnesses")
 	}
 	if len(outs) == 0 && *push == "" {
 		return errors.New("nothing to do: give --out or --push")
@@ -109,7 +117,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	start := time.Now()
-	img, err := build(ctx, spec, o)
+	var img v1.Image
+	if spec.Name == harnessesName {
+		img, err = harnessImage(*store, o.Epoch)
+	} else {
+		img, err = build(ctx, spec, o)
+	}
 	if err != nil {
 		return fmt.Errorf("build %s: %w", spec.Name, err)
 	}

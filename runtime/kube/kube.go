@@ -102,6 +102,13 @@ type Config struct {
 	// otherwise meet the API server's own limit as a storm of 429s, each
 	// a wasted write.
 	MaxInflightWrites int
+	// HarnessImage holds a harness store generation at its root (built by
+	// `go run ./deploy/images --store DIR orchard-harnesses`): sandboxes
+	// that ask for harnesses get it as a read-only image volume at
+	// harness.MountPath. Empty: no harnesses.
+	HarnessImage string
+	// Harnesses names the harnesses HarnessImage holds.
+	Harnesses []string
 	// Log receives the runtime's logs. Default: discarded.
 	Log *slog.Logger
 }

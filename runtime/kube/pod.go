@@ -3,6 +3,7 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/harness"
 	"github.com/orchard/orchard/runtime"
 )
 
@@ -103,6 +105,25 @@ func (r *Runtime) podFor(spec runtime.Spec) (*corev1.Pod, error) {
 	for _, s := range r.cfg.ImagePullSecrets {
 		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: s})
 	}
+	volumes := []corev1.Volume{{Name: volumeName,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	mounts := []corev1.VolumeMount{{Name: volumeName, MountPath: agentDir, ReadOnly: true}}
+	extraEnv := spec.Env
+	if len(spec.Harnesses) > 0 {
+		if r.cfg.HarnessImage == "" {
+			return nil, faults.Newf(faults.CodeValidation, faults.InvalidRequest, faults.Client, "this server has no harness image")
+		}
+		// An image volume: the node pulls the image once and every pod
+		// on it mounts the same read-only copy.
+		volumes = append(volumes, corev1.Volume{Name: harnessVolume, VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: r.cfg.HarnessImage, PullPolicy: r.cfg.PullPolicy}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: harnessVolume, MountPath: harness.MountPath, ReadOnly: true})
+		extraEnv = maps.Clone(spec.Env)
+		if extraEnv == nil {
+			extraEnv = map[string]string{}
+		}
+		extraEnv[harness.PathEnv] = harness.SearchPath(spec.Harnesses)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        podName(spec.ID),
@@ -121,8 +142,7 @@ func (r *Runtime) podFor(spec runtime.Spec) (*corev1.Pod, error) {
 			NodeSelector:                  r.cfg.NodeSelector,
 			Tolerations:                   r.cfg.Tolerations,
 			ImagePullSecrets:              pullSecrets,
-			Volumes: []corev1.Volume{{Name: volumeName,
-				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Volumes:                       volumes,
 			InitContainers: []corev1.Container{{
 				Name:            initName,
 				Image:           r.cfg.AgentImage,
@@ -135,11 +155,11 @@ func (r *Runtime) podFor(spec runtime.Spec) (*corev1.Pod, error) {
 				Image:           img,
 				ImagePullPolicy: r.cfg.PullPolicy,
 				Command:         r.agentArgs(spec),
-				Env:             env(spec.Env, r.cfg.WorkingDir),
+				Env:             env(extraEnv, r.cfg.WorkingDir),
 				WorkingDir:      r.cfg.WorkingDir,
 				Resources:       res,
 				Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: port}},
-				VolumeMounts:    []corev1.VolumeMount{{Name: volumeName, MountPath: agentDir, ReadOnly: true}},
+				VolumeMounts:    mounts,
 				// Ready is the agent answering: Create waits for it on the
 				// informer, without calling the agent itself.
 				ReadinessProbe: &corev1.Probe{
@@ -151,6 +171,19 @@ func (r *Runtime) podFor(spec runtime.Spec) (*corev1.Pod, error) {
 			}},
 		},
 	}, nil
+}
+
+var _ runtime.HarnessLister = (*Runtime)(nil)
+
+// harnessVolume is the volume of the harness image.
+const harnessVolume = "orchard-harnesses"
+
+// Harnesses lists the harnesses of the harness image (Config.Harnesses).
+func (r *Runtime) Harnesses() ([]string, error) {
+	if r.cfg.HarnessImage == "" {
+		return nil, nil
+	}
+	return r.cfg.Harnesses, nil
 }
 
 // agentArgs is the sandbox container's command: the agent, serving the

@@ -40,3 +40,45 @@ func TestPodDeadline(t *testing.T) {
 		})
 	}
 }
+
+// A sandbox with harnesses mounts the harness image read-only at the
+// store's path and carries their bin folders for the agent's PATH; one
+// without has neither.
+func TestHarnessPod(t *testing.T) {
+	cfg := Config{AgentImage: "agent:1", Images: map[string]string{"shell": "shell:1"}, HarnessImage: "orchard-harnesses:1", Harnesses: []string{"claude", "codex"}}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runtime{cfg: cfg, key: []byte("k")}
+	pod, err := r.podFor(runtime.Spec{ID: "h1", Kind: "shell", Harnesses: []string{"claude", "codex"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var image string
+	for _, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			image = v.Image.Reference
+		}
+	}
+	c := pod.Spec.Containers[0]
+	var mounted, path bool
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (m.MountPath == "/.orchard/harnesses" && m.ReadOnly)
+	}
+	for _, e := range c.Env {
+		path = path || (e.Name == "ORCHARD_HARNESS_PATH" && e.Value == "/.orchard/harnesses/claude/bin:/.orchard/harnesses/codex/bin")
+	}
+	if image != "orchard-harnesses:1" || !mounted || !path {
+		t.Errorf("pod with harnesses: image volume %q, read-only mount %v, ORCHARD_HARNESS_PATH %v", image, mounted, path)
+	}
+	plain, err := r.podFor(runtime.Spec{ID: "h2", Kind: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Spec.Volumes) != 1 || len(plain.Spec.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("pod without harnesses has volumes %+v", plain.Spec.Volumes)
+	}
+	if names, _ := r.Harnesses(); len(names) != 2 {
+		t.Errorf("Harnesses() = %v, want the image's two", names)
+	}
+}

@@ -151,6 +151,13 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	defer lnFile.Close()
 
 	cfg := l.containerConfig(spec, img, rootfs)
+	hm, err := l.harnessMount(spec)
+	if err != nil {
+		return runtime.Instance{}, createFailed(id, "mount harnesses", err)
+	}
+	if hm != nil {
+		cfg.Mounts = append(cfg.Mounts, hm)
+	}
 	c, err := libcontainer.Create(l.ctrRoot, id, cfg)
 	if err != nil {
 		return runtime.Instance{}, classifyStart(id, "create container", err)
@@ -185,7 +192,7 @@ func (l *Local) create(ctx context.Context, s *sandbox, spec runtime.Spec) (runt
 	proc := &libcontainer.Process{
 		Args:       agentArgs(spec, seccompFD, l.seccompFlags),
 		ExtraFiles: extra,
-		Env:        agentEnv(img, workdir, spec.Env),
+		Env:        withHarnessPath(agentEnv(img, workdir, spec.Env), spec.Harnesses),
 		Cwd:        workdir,
 		Stdout:     logf,
 		Stderr:     logf,

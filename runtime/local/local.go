@@ -111,6 +111,10 @@ type Config struct {
 	// or hold or lie in StateDir, which holds every sandbox's writable
 	// layer and what images unpacked to.
 	ImageDirs []string
+	// HarnessDir is the harness store (harness.Store.Dir) whose current
+	// generation sandboxes that ask for harnesses get, read-only, at
+	// harness.MountPath. Empty: no harnesses.
+	HarnessDir string
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }

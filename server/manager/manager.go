@@ -24,6 +24,7 @@ import (
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/harness"
 	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/retry"
 	"github.com/orchard/orchard/runtime"
@@ -70,9 +71,12 @@ type Config struct {
 	// RuntimeImages leaves the image of a create that names none to the
 	// runtime (its default image per kind) instead of DefaultImage.
 	RuntimeImages           bool
-	DefaultCPU              string        // DEFAULT_CPU
-	DefaultMemory           string        // DEFAULT_MEMORY
-	DefaultEphemeralStorage string        // DEFAULT_EPHEMERAL_STORAGE: what a sandbox may write
+	DefaultCPU              string // DEFAULT_CPU
+	DefaultMemory           string // DEFAULT_MEMORY
+	DefaultEphemeralStorage string // DEFAULT_EPHEMERAL_STORAGE: what a sandbox may write
+	// DefaultHarnesses are the harnesses (or "all") of a create that names
+	// none (DEFAULT_HARNESSES); empty: none.
+	DefaultHarnesses        []string
 	DefaultTimeoutSeconds   int           // DEFAULT_TIMEOUT_SECONDS (exec)
 	WorkingDir              string        // DEFAULT_WORKING_DIR
 	SandboxTTL              time.Duration // SANDBOX_TTL_HOURS: hard cap on age
@@ -289,6 +293,33 @@ type CreateParams struct {
 	StartExec []string
 	// pool names the warm pool a create fills (pools.go).
 	pool string
+	// Harnesses are the coding-agent harnesses on the sandbox's PATH
+	// (names or "all"); nil: Config.DefaultHarnesses.
+	Harnesses []string
+}
+
+// harnesses resolves a create's harnesses (nil: the default) against
+// those the runtime has installed; an unknown or missing name is a 422
+// that names it.
+func (m *Manager) harnesses(asked []string) ([]string, error) {
+	if asked == nil {
+		asked = m.cfg.DefaultHarnesses
+	}
+	if len(asked) == 0 {
+		return nil, nil
+	}
+	var installed []string
+	if hl, ok := m.rt.(runtime.HarnessLister); ok {
+		var err error
+		if installed, err = hl.Harnesses(); err != nil {
+			return nil, faults.Wrap(err, faults.CodeInternal, faults.Internal, faults.Platform, "list installed harnesses")
+		}
+	}
+	names, err := harness.Resolve(asked, installed)
+	if err != nil {
+		return nil, faults.Validation(faults.FieldError{Type: "value_error", Loc: []any{"body", "harnesses"}, Msg: err.Error(), Input: asked})
+	}
+	return names, nil
 }
 
 // maxOOMFaultMemory bounds the limit an injected oom fault fills: filling
@@ -327,6 +358,10 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		if err := c.CheckImage(p.Image); err != nil {
 			return store.Sandbox{}, err
 		}
+	}
+	harnesses, err := m.harnesses(p.Harnesses)
+	if err != nil {
+		return store.Sandbox{}, err
 	}
 	if p.CPU == "" {
 		p.CPU = m.cfg.DefaultCPU
@@ -397,6 +432,7 @@ func (m *Manager) Create(ctx context.Context, p CreateParams) (store.Sandbox, er
 		CPUQuantity: p.CPU, MemoryQuantity: p.Memory, EphemeralStorageQuantity: p.EphemeralStorage,
 		TTLSeconds: p.TTLSeconds, KindOptions: p.KindOptions,
 		EgressAllow: p.EgressAllow, Faults: p.Faults, NetworkMode: p.NetworkMode, Layers: p.layers,
+		Harnesses: harnesses,
 	}
 	pctx, cancel := context.WithCancelCause(context.Background())
 	cctx, stop := context.WithTimeoutCause(pctx, api.Seconds(p.Timeout),

@@ -383,6 +383,8 @@ func (m *Manager) coldDiff(pool, req CreateParams) string {
 		return "snapshot"
 	case !slices.Equal(a.StartExec, b.StartExec):
 		return "exec"
+	case !slices.Equal(a.Harnesses, b.Harnesses):
+		return "harnesses"
 	case !bytes.Equal(launchOptions(a), launchOptions(b)):
 		return a.Kind // "browser" or "desktop": their launch settings
 	}

@@ -425,6 +425,8 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) ([]s
 		EgressAllow: spec.EgressAllow, NetworkMode: spec.NetworkMode,
 		layers: append([]string{ly.Name}, ly.Parents...), browserState: meta.Source.BrowserState, forkOf: id,
 		StartExec: req.Exec,
+		// The source's harnesses, none included (not the server's default).
+		Harnesses: append([]string{}, spec.Harnesses...),
 	}
 	if rec.BlockNetwork {
 		base.NetworkMode = ""

@@ -86,6 +86,9 @@ type Options struct {
 	// references may name (local.Config.ImageDirs); none by default, as
 	// for `orchard serve`.
 	ImageDirs []string
+	// HarnessDir is the harness store sandboxes may mount
+	// (local.Config.HarnessDir; testenv.HarnessStore); none by default.
+	HarnessDir string
 	// Run runs the manager's background loop (cleanup every
 	// CleanupInterval, cancels asked through other replicas), as
 	// `orchard serve` does.
@@ -108,7 +111,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, InitPath: initPath, ImageDirs: opts.ImageDirs, Logger: log})
+	rt, err := local.New(local.Config{StateDir: dir, AgentPath: agentPath, InitPath: initPath, ImageDirs: opts.ImageDirs, HarnessDir: opts.HarnessDir, Logger: log})
 	if err != nil {
 		t.Fatalf("local runtime: %v", err)
 	}

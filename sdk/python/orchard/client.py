@@ -262,7 +262,7 @@ class Client:
     def create_sandbox(self, kind=None, image=None, wait=True, wait_timeout=300, pool=None, **fields):
         """Create a sandbox (fields as POST /sandboxes takes them: browser,
         desktop, egress, env, labels, ttl_seconds, faults, block_network,
-        cpu, memory, snapshot, exec, ...) and, with wait, return it once
+        cpu, memory, snapshot, exec, harnesses, ...) and, with wait, return it once
         ready. A sandbox that fails to start is deleted and its fault
         raised. Kind and image default to shell and host, or to the
         snapshot's. pool claims a ready sandbox of that warm pool (a create
