@@ -15,6 +15,7 @@ import (
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/episodes"
 	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/store"
 	"github.com/orchard/orchard/tasks"
@@ -77,7 +78,7 @@ func (s *Server) forkEpisode(c *gin.Context) error {
 	// started again in each branch, and the parent's browser state put
 	// back once they serve (see startBranch).
 	var state []byte
-	if rerunSetup(ep) {
+	if rerunSetup(ep) && !ep.Desktop() {
 		if state, err = s.agentRaw(ctx, ep.SandboxID, http.MethodGet, "/browser/state", nil); err != nil {
 			return err
 		}
@@ -162,6 +163,10 @@ func (s *Server) startBranch(ctx context.Context, parent *episodes.Episode, b *b
 	if b.ep.Outcome == api.OutcomeEnvError && out.Info.Error != nil {
 		f := faults.FromInfo(*out.Info.Error, 0)
 		b.err = faults.Wrap(f, f.Code, f.Category, f.Source, "branch "+b.ep.EpisodeID+" of episode "+parent.EpisodeID+": "+f.Message)
+		return
+	}
+	if err := failpoint.Eval("server.episode.fork.branch"); err != nil {
+		b.err = err
 		return
 	}
 	if err := s.eps.Save(bctx, lease, b.ep); err != nil {

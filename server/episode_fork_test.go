@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/sites"
@@ -294,7 +296,52 @@ func TestEpisodeForkBadInput(t *testing.T) {
 	// The episode refused forks is untouched and still steps.
 	r := call(t, srv, "POST", "/episodes/"+running+"/step", map[string]any{"action": searchSteps[0]})
 	want(t, r, 200)
-	if g := call(t, srv, "GET", "/episodes/"+running, nil); g.body["steps"] != 1.0 || g.body["children"] != nil {
+	if g := call(t, srv, "GET", "/episodes/"+running, nil); g.body["steps"] != 1.0 || g.body["parent"] != nil {
 		t.Errorf("episode after refused forks: %s", g.raw)
+	}
+	tr := call(t, srv, "GET", "/episodes/"+running+"/tree", nil)
+	want(t, tr, 200)
+	if nodes := tr.body["episodes"].([]any); tr.body["root"] != running || len(nodes) != 1 || len(nodes[0].(map[string]any)["children"].([]any)) != 0 {
+		t.Errorf("tree after refused forks: %s", tr.raw)
+	}
+	want(t, call(t, srv, "GET", "/episodes/nosuchepisode/tree", nil), 404)
+}
+
+// A fork one of whose branches cannot be made makes none: the branches
+// made are taken back (their sandboxes, stored state and recordings),
+// the error is the failed branch's, and the parent goes on.
+func TestEpisodeForkDropsBranches(t *testing.T) {
+	testenv.RequireChromium(t)
+	srv := testserver.Start(t, testserver.Options{})
+	loadBundled(t, srv)
+	e := call(t, srv, "POST", "/episodes", map[string]any{"task_id": sites.SuiteName + "/shop-add-two-bottles", "max_steps": 10})
+	want(t, e, 200)
+	id := e.body["episode_id"].(string)
+	live := func() (n int) {
+		for _, sb := range call(t, srv, "GET", "/sandboxes", nil).body["sandboxes"].([]any) {
+			if st := sb.(map[string]any)["status"]; st != "deleted" && st != "terminated" {
+				n++
+			}
+		}
+		return n
+	}
+	sb0, ep0, rec0 := live(), len(call(t, srv, "GET", "/episodes", nil).body["episodes"].([]any)), len(call(t, srv, "GET", "/recordings", nil).body["recordings"].([]any))
+	t.Cleanup(failpoint.Enable("server.episode.fork.branch", failpoint.Return(
+		faults.New(faults.CodeCapacity, faults.Capacity, faults.Platform, "no room (failpoint)")).Times(1)))
+	r := call(t, srv, "POST", "/episodes/"+id+"/fork", map[string]any{"count": 3})
+	if e, _ := r.body["error"].(map[string]any); r.status != 503 || e == nil || e["code"] != faults.CodeCapacity {
+		t.Fatalf("fork with a failing branch: %d %s", r.status, r.raw)
+	}
+	if sb, ep, rec := live(), len(call(t, srv, "GET", "/episodes", nil).body["episodes"].([]any)), len(call(t, srv, "GET", "/recordings", nil).body["recordings"].([]any)); sb != sb0 || ep != ep0 || rec != rec0 {
+		t.Errorf("a failed fork left %d sandboxes, %d episodes, %d recordings; before %d, %d, %d", sb, ep, rec, sb0, ep0, rec0)
+	}
+	if tr := call(t, srv, "GET", "/episodes/"+id+"/tree", nil); len(tr.body["episodes"].([]any)) != 1 {
+		t.Errorf("tree after a failed fork: %s", tr.raw)
+	}
+	want(t, call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": map[string]any{"type": "wait", "ms": 1}}), 200)
+	f := call(t, srv, "POST", "/episodes/"+id+"/fork", map[string]any{"count": 1})
+	want(t, f, 200)
+	if b := f.body["branches"].([]any); len(b) != 1 {
+		t.Errorf("fork after a failed one: %s", f.raw)
 	}
 }
