@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,9 @@ import (
 var (
 	fidelityTasks = flag.Int("fidelity.tasks", 0, "BenchmarkEpisodeForkFidelity: the first N bundled tasks (0: all)")
 	fidelityRuns  = flag.Int("fidelity.ready", 5, "BenchmarkEpisodeForkFidelity: rounds of the fork-into-8 and cold create timings")
+	// The benchmark's log is cut to its first lines unless -test.v; the
+	// whole list of what was lost goes here.
+	fidelityReport = flag.String("fidelity.report", "", "BenchmarkEpisodeForkFidelity: write every finding to this file")
 )
 
 // fidelityConcurrency is how many tasks are swept at once: each holds a
@@ -56,7 +60,7 @@ type pairResult struct {
 // episode create, and 8 cold creates at once.
 //
 //	go test -run '^$' -bench EpisodeForkFidelity -benchtime 1x ./server
-//	    [-args -fidelity.tasks=10 -fidelity.ready=5]
+//	    [-args -fidelity.tasks=10 -fidelity.ready=5 -fidelity.report=/tmp/fidelity.txt]
 func BenchmarkEpisodeForkFidelity(b *testing.B) {
 	testenv.RequireChromium(b)
 	srv := testserver.Start(b, testserver.Options{})
@@ -102,21 +106,33 @@ func BenchmarkEpisodeForkFidelity(b *testing.B) {
 			return results[i].k < results[j].k
 		})
 		same, differed := 0, 0
+		var report []string
+		logf := func(format string, a ...any) {
+			b.Logf(format, a...)
+			report = append(report, fmt.Sprintf(format, a...))
+		}
 		for _, r := range results {
 			if r.ok {
 				same++
 				if len(r.lost) > 0 {
 					differed++
-					b.Logf("same outcome, state differed: %s k=%d: %s", r.task, r.k, strings.Join(r.lost, "; "))
+					logf("same outcome, state differed: %s k=%d: %s", r.task, r.k, strings.Join(r.lost, "; "))
 				}
 				continue
 			}
-			b.Logf("LOST %s k=%d: unbranched %s, branches %v; %s", r.task, r.k, refs[r.task], r.outcomes, strings.Join(r.lost, "; "))
+			logf("LOST %s k=%d: unbranched %s, branches %v; %s", r.task, r.k, refs[r.task], r.outcomes, strings.Join(r.lost, "; "))
 		}
+		defer func() {
+			if *fidelityReport != "" {
+				if err := os.WriteFile(*fidelityReport, []byte(strings.Join(report, "\n")+"\n"), 0o644); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
 		frac := float64(same) / float64(max(len(results), 1))
-		b.Logf("fork fidelity: %d/%d (task, k) pairs reach the unbranched outcome in both branches (%.1f%%) over %d tasks",
+		logf("fork fidelity: %d/%d (task, k) pairs reach the unbranched outcome in both branches (%.1f%%) over %d tasks",
 			same, len(results), 100*frac, len(suite))
-		b.Logf("%d pairs reached the outcome with some state differing from the parent's", differed)
+		logf("%d pairs reached the outcome with some state differing from the parent's", differed)
 		b.ReportMetric(100*frac, "fidelity-%")
 		b.ReportMetric(float64(len(results)), "pairs")
 
