@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,10 +17,12 @@ import (
 	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/sites"
+	"github.com/orchard/orchard/tasks"
 )
 
 var (
 	fidelityTasks = flag.Int("fidelity.tasks", 0, "BenchmarkEpisodeForkFidelity: the first N bundled tasks (0: all)")
+	fidelityMatch = flag.String("fidelity.match", "", "BenchmarkEpisodeForkFidelity: only the bundled tasks whose id matches this regexp")
 	fidelityRuns  = flag.Int("fidelity.ready", 5, "BenchmarkEpisodeForkFidelity: rounds of the fork-into-8 and cold create timings")
 	// The benchmark's log is cut to its first lines unless -test.v; the
 	// whole list of what was lost goes here.
@@ -31,14 +35,17 @@ var (
 const fidelityConcurrency = 2
 
 // stateProbe is what a branch is compared with its parent on right after
-// the fork: the page, its storage and cookies, scroll and form values.
+// the fork: the page, its storage and cookies, scroll and form values,
+// and the start of its visible text (which shows live page state that
+// none of those hold: a popup open, a message the page's script added).
 const stateProbe = `JSON.stringify({url: location.href, title: document.title,
   localStorage: Object.fromEntries(Object.entries(localStorage)),
   sessionStorage: Object.fromEntries(Object.entries(sessionStorage)),
   cookie: document.cookie, scroll: [Math.round(scrollX), Math.round(scrollY)],
   forms: Array.from(document.querySelectorAll('input,select,textarea')).map(function (e) {
     return (e.id || e.name || e.tagName) + '=' + (e.type === 'checkbox' || e.type === 'radio' ? e.checked : e.value); }),
-  history: history.length})`
+  history: history.length,
+  visibleText: (document.body ? document.body.innerText : '').replace(/\s+/g, ' ').slice(0, 20000)})`
 
 // pairResult is what came of forking one task's script at step k.
 type pairResult struct {
@@ -60,7 +67,7 @@ type pairResult struct {
 // episode create, and 8 cold creates at once.
 //
 //	go test -run '^$' -bench EpisodeForkFidelity -benchtime 1x ./server
-//	    [-args -fidelity.tasks=10 -fidelity.ready=5 -fidelity.report=/tmp/fidelity.txt]
+//	    [-args -fidelity.tasks=10 -fidelity.match=travel -fidelity.ready=5 -fidelity.report=/tmp/fidelity.txt]
 func BenchmarkEpisodeForkFidelity(b *testing.B) {
 	testenv.RequireChromium(b)
 	srv := testserver.Start(b, testserver.Options{})
@@ -68,6 +75,10 @@ func BenchmarkEpisodeForkFidelity(b *testing.B) {
 	suite, err := sites.Suite()
 	if err != nil {
 		b.Fatal(err)
+	}
+	if *fidelityMatch != "" {
+		re := regexp.MustCompile(*fidelityMatch)
+		suite = slices.DeleteFunc(suite, func(t tasks.Task) bool { return !re.MatchString(t.ID) })
 	}
 	if n := *fidelityTasks; n > 0 && n < len(suite) {
 		suite = suite[:n]
@@ -284,6 +295,19 @@ func stateDiff(want, got map[string]any) []string {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if ws, ok := want[k].(string); ok && k == "visibleText" {
+			if gs, _ := got[k].(string); gs != ws {
+				// Where the text parts: what the branch's page shows
+				// differently.
+				i := 0
+				for i < min(len(ws), len(gs)) && ws[i] == gs[i] {
+					i++
+				}
+				i = max(i-20, 0)
+				d = append(d, fmt.Sprintf("visible text from %q (%d chars) -> %q (%d chars)", ws[i:min(i+120, len(ws))], len(ws), gs[i:min(i+120, len(gs))], len(gs)))
+			}
+			continue
+		}
 		w, g := string(mustJSON(want[k])), string(mustJSON(got[k]))
 		if w != g {
 			d = append(d, fmt.Sprintf("%s %.200s -> %.200s", k, w, g))
