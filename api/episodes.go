@@ -145,6 +145,12 @@ type EpisodeStatus struct {
 	Evaluation  *Evaluation  `json:"evaluation,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`
 	RecordingID string       `json:"recording_id,omitempty"`
+	// Parent is the episode this one was forked from (POST
+	// /episodes/{id}/fork) and BranchStep the parent's step count at the
+	// fork: this episode's steps 1..BranchStep are the parent's. Both are
+	// absent on an episode that was not forked.
+	Parent     string `json:"parent,omitempty"`
+	BranchStep *int   `json:"branch_step,omitempty"`
 }
 
 // EpisodeSummary is one episode of GET /episodes.
@@ -169,4 +175,48 @@ type EpisodeList struct {
 type EpisodeDeleted struct {
 	EpisodeID string `json:"episode_id"`
 	Status    string `json:"status"`
+}
+
+// ForkEpisodeRequest is the body of POST /episodes/{id}/fork.
+type ForkEpisodeRequest struct {
+	Count int `json:"count" openapi:"minimum=1" doc:"how many branches (1 to the server's fork cap, ORCHARD_FORK_MAX, default 32)"`
+}
+
+// EpisodeFork is the answer of POST /episodes/{id}/fork: the branches, in
+// order, each a running episode at the parent's step count with its own
+// sandbox forked off the parent's, and its observation of that step
+// taken in its own sandbox.
+type EpisodeFork struct {
+	EpisodeID  string         `json:"episode_id"`
+	BranchStep int            `json:"branch_step"`
+	Branches   []EpisodeStart `json:"branches"`
+	// ForkMS is how long the fork took, from the request to every branch
+	// ready for its next step.
+	ForkMS float64 `json:"fork_ms"`
+}
+
+// EpisodeNode is one episode of a family (GET /episodes/{id}/tree).
+type EpisodeNode struct {
+	EpisodeID string `json:"episode_id"`
+	// Parent is "" for the root; BranchStep is the parent's step count
+	// at the fork (0 for the root).
+	Parent      string   `json:"parent,omitempty"`
+	BranchStep  int      `json:"branch_step"`
+	Steps       int      `json:"steps"`
+	Status      string   `json:"status"`
+	Outcome     string   `json:"outcome,omitempty"`
+	Reward      *float64 `json:"reward,omitempty"`
+	RecordingID string   `json:"recording_id,omitempty"`
+	// Children are the ids of the episodes forked from this one, in the
+	// order they were made.
+	Children []string `json:"children"`
+}
+
+// EpisodeTree is the answer of GET /episodes/{id}/tree: the family of an
+// episode, flat, with parent links. Episodes[0] is the root (the
+// ancestor with no parent, or whose parent has expired); a parent comes
+// before its children (breadth first, children in fork order).
+type EpisodeTree struct {
+	Root     string        `json:"root"`
+	Episodes []EpisodeNode `json:"episodes"`
 }

@@ -38,6 +38,8 @@ type Episode struct {
 	Deadline    time.Time       `json:"deadline"`
 	LastURL     string          `json:"last_url,omitempty"`
 	History     []evaluate.Step `json:"history,omitempty"`
+	// Children are the episodes forked from this one, in fork order.
+	Children []string `json:"children,omitempty"`
 
 	// screens are the last screenshots, for a judge; stored apart.
 	screens      [][]byte

@@ -158,3 +158,12 @@ func (s *Store) List(ctx context.Context) ([]api.EpisodeSummary, error) {
 	sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt.After(list[j].CreatedAt) })
 	return list, nil
 }
+
+// Delete removes the episode id and its screenshots: a fork that could
+// not make all its branches takes back those it made.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := s.docs.DeleteDoc(ctx, screensDoc, id); err != nil {
+		return err
+	}
+	return s.docs.DeleteDoc(ctx, episodeDoc, id)
+}

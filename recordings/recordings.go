@@ -70,6 +70,10 @@ type Manifest struct {
 	Attribution     *faults.Info    `json:"attribution,omitempty"`
 	AttributionStep int             `json:"attribution_step,omitempty"`
 	Evaluation      json.RawMessage `json:"evaluation,omitempty"`
+	// Parent, on the recording of a forked episode, names the recording
+	// whose steps 0..Parent.Steps-1 are this one's first: this one holds
+	// only its own, from step Parent.Steps on (FORMAT.md "Branches").
+	Parent *ParentRef `json:"parent,omitempty"`
 }
 
 // Step is one line of steps.jsonl: the action the policy sent and the
@@ -96,6 +100,10 @@ type Step struct {
 	StepMS     float64       `json:"step_ms,omitempty"`
 	Error      *faults.Info  `json:"error,omitempty"`
 	Injected   *faults.Truth `json:"injected,omitempty"`
+
+	// dir is the recording directory Screenshot is relative to when the
+	// step is a parent's in a resolved trajectory; "" is the recording's own.
+	dir string
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -453,7 +461,11 @@ func (r *Recording) screenshotPath(st Step) (string, error) {
 	if !safeRel(st.Screenshot) {
 		return "", faults.Newf(faults.CodeInternal, faults.Internal, faults.Platform, "recording %s step %d: bad screenshot path", r.m.ID, st.N)
 	}
-	return filepath.Join(r.dir, filepath.FromSlash(st.Screenshot)), nil
+	dir := r.dir
+	if st.dir != "" {
+		dir = st.dir
+	}
+	return filepath.Join(dir, filepath.FromSlash(st.Screenshot)), nil
 }
 
 // imageConfig reads the size of a step's screenshot from its header.

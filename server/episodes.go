@@ -45,7 +45,7 @@ const (
 )
 
 func (s *Server) episodeRoutes() []route {
-	return []route{
+	return append([]route{
 		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, or a desktop sandbox (setup.sandbox or sandbox kind \"desktop\"); returns the first observation",
 			request: episodeRequestDoc{}, response: api.EpisodeStart{}, handler: s.createEpisode},
 		{method: "GET", path: "/episodes", summary: "List episodes", response: api.EpisodeList{}, handler: s.listEpisodes},
@@ -61,11 +61,11 @@ func (s *Server) episodeRoutes() []route {
 			rawBody: true, response: suiteLoaded{}, handler: s.loadTasks},
 		{method: "GET", path: "/tasks/:suite", summary: "The tasks of a suite", response: suiteTasks{}, handler: s.suiteTasks},
 		{method: "GET", path: "/recordings", summary: "Episode recordings, newest first", response: recordingList{}, handler: s.listRecordings},
-		{method: "GET", path: "/recordings/:id", summary: "A recording's manifest and steps", response: recordingDoc{}, handler: s.getRecording},
-		{method: "GET", path: "/recordings/:id/steps/:n/screenshot", summary: "The screenshot of a recorded step", produces: "image/jpeg", handler: s.recordingScreenshot},
-		{method: "GET", path: "/recordings/:id/export", summary: "Export: jsonl, parquet, gif, mp4 or html (a self-contained replay)",
+		{method: "GET", path: "/recordings/:id", summary: "A recording's manifest and its own steps (a branch's first steps are its manifest's parent's)", response: recordingDoc{}, handler: s.getRecording},
+		{method: "GET", path: "/recordings/:id/steps/:n/screenshot", summary: "The screenshot of a recorded step (a branch's first steps: its parent's)", produces: "image/jpeg", handler: s.recordingScreenshot},
+		{method: "GET", path: "/recordings/:id/export", summary: "Export: jsonl, parquet, gif, mp4 or html (a self-contained replay); a branch's export is its whole trajectory, its parent's first steps included",
 			query: []queryParam{{"format", "string", "jsonl, parquet, gif, mp4 or html", true}}, produces: "application/octet-stream", handler: s.exportRecording},
-	}
+	}, s.forkEpisodeRoutes()...)
 }
 
 // agentCall posts one request to path on a sandbox's agent, which serves

@@ -158,6 +158,16 @@ func (s *Server) openRecording(id string) (*recordings.Recording, error) {
 	return st.Open(id)
 }
 
+// openResolved reads recording id with its whole trajectory: a branch's
+// parent's first steps before its own.
+func (s *Server) openResolved(id string) (*recordings.Recording, error) {
+	st, err := s.recStore()
+	if err != nil {
+		return nil, err
+	}
+	return st.OpenResolved(id)
+}
+
 func (s *Server) listRecordings(c *gin.Context) error {
 	st, err := s.recStore()
 	if err != nil {
@@ -181,7 +191,7 @@ func (s *Server) getRecording(c *gin.Context) error {
 }
 
 func (s *Server) recordingScreenshot(c *gin.Context) error {
-	r, err := s.openRecording(c.Param("id"))
+	r, err := s.openResolved(c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -198,7 +208,7 @@ func (s *Server) recordingScreenshot(c *gin.Context) error {
 }
 
 func (s *Server) exportRecording(c *gin.Context) error {
-	r, err := s.openRecording(c.Param("id"))
+	r, err := s.openResolved(c.Param("id"))
 	if err != nil {
 		return err
 	}

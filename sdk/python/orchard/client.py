@@ -355,6 +355,68 @@ class Client:
     def episodes(self):
         return self.json("GET", "/episodes")["episodes"]
 
+    def fork_episode(self, episode_id, count, timeout=600):
+        """Branch a running episode into ``count`` episodes that continue
+        from its current step k, each in its own forked sandbox (files and
+        browser state; the task's setup commands run again). Returns the
+        branches as Episodes, each with step k's observation taken in its
+        own sandbox. The parent goes on."""
+        r = self.json("POST", f"/episodes/{_seg(episode_id)}/fork", {"count": count}, timeout=timeout)
+        return [Episode(self, b) for b in r["branches"]]
+
+    def episode_tree(self, episode_id):
+        """The episode's family: {root, episodes: [{episode_id, parent,
+        branch_step, steps, status, outcome, reward, recording_id,
+        children}]}, flat, root first, parents before children."""
+        return self.json("GET", f"/episodes/{_seg(episode_id)}/tree")
+
+    def value_of_step(self, episode_id, n, policy=None, k=None, max_steps=30, workers=None, policy_factory=None):
+        """Monte-Carlo value of an episode's current step: branch it into
+        ``n``, run ``policy(observation)`` in each branch until the episode
+        is done, the policy returns None, or ``max_steps`` more steps, then
+        finish each. ``policy`` returns an action, a list of actions, or
+        None to stop. ``k``, when given, must be the episode's current step
+        (an episode branches where it is). Returns {value, rewards,
+        outcomes, episodes}: ``value`` is the mean reward of the branches
+        that did not end ``env_error`` (None when all did) — the
+        environment's failures are not the policy's. A policy with memory
+        passes ``policy_factory`` instead: called once per branch, it
+        returns that branch's policy. The branches roll out in parallel
+        threads (``workers``, default n)."""
+        if (policy is None) == (policy_factory is None):
+            raise ValueError("give policy or policy_factory")
+        if k is not None:
+            at = self.json("GET", f"/episodes/{_seg(episode_id)}")["steps"]
+            if at != k:
+                raise ValueError(f"episode {episode_id} is at step {at}, not {k}: it branches at its current step")
+        branches = self.fork_episode(episode_id, n)
+
+        def rollout(ep):
+            act = policy if policy is not None else policy_factory()
+            try:
+                for _ in range(max_steps):
+                    if ep.done:
+                        break
+                    action = act(ep.observation)
+                    if action is None:
+                        break
+                    if isinstance(action, list):
+                        r = self.json("POST", f"/episodes/{_seg(ep.id)}/step", {"actions": action})
+                        ep.observation = r.get("observation", ep.observation)
+                        ep.done = bool(r.get("done"))
+                    else:
+                        ep.step(action)
+            finally:
+                res = ep.finish()
+            return res
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers or n) as pool:
+            results = list(pool.map(rollout, branches))
+        rewards = [r.get("reward") for r in results]
+        counted = [r.get("reward") or 0.0 for r in results if r.get("outcome") != "env_error"]
+        return {"value": sum(counted) / len(counted) if counted else None, "rewards": rewards,
+                "outcomes": [r.get("outcome") for r in results], "episodes": [ep.id for ep in branches]}
+
     def recordings(self):
         return self.json("GET", "/recordings")["recordings"]
 
@@ -639,6 +701,14 @@ class Episode:
 
     def state(self):
         return self.client.json("GET", f"/episodes/{_seg(self.id)}")
+
+    def fork(self, count):
+        """Branch into ``count`` episodes that continue from here
+        (Client.fork_episode)."""
+        return self.client.fork_episode(self.id, count)
+
+    def tree(self):
+        return self.client.episode_tree(self.id)
 
 
 class _Async:

@@ -184,6 +184,46 @@ class Live(unittest.TestCase):
         self.assertEqual(lines[0]["type"], "manifest")
         self.assertEqual((lines[0]["manifest"]["steps"], len(lines) - 1), (4, 4))
 
+    def test_episode_fork(self):
+        # A bundled task: branches at step 3 (on the bottle's page), each
+        # rolling out the rest of the script or stopping.
+        sites = os.path.join(os.path.dirname(__file__), "..", "..", "..", "sites")
+        with open(os.path.join(sites, "suite.jsonl"), "rb") as f:
+            self.c.load_tasks("bundled", f.read(), name="suite.jsonl")
+        with open(os.path.join(sites, "scripts.json")) as f:
+            script = json.load(f)["shop-add-two-bottles"]
+        ep = self.c.start_episode(task_id="bundled/shop-add-two-bottles", max_steps=10, record=False)
+        for a in script[:3]:
+            self.assertFalse(ep.step(a)["done"])
+        rest = script[3:]
+
+        def scripted():
+            todo = list(rest)
+            return lambda obs: todo.pop(0) if todo else None
+
+        with self.assertRaises(ValueError):
+            self.c.value_of_step(ep.id, 2, policy_factory=scripted, k=2)
+        v = self.c.value_of_step(ep.id, 2, policy_factory=scripted, k=3, max_steps=5)
+        self.assertEqual((v["rewards"], v["value"], v["outcomes"]), ([1.0, 1.0], 1.0, ["success", "success"]), v)
+        # A policy that stops at once: the branch fails where the parent is.
+        stop = self.c.value_of_step(ep.id, 1, lambda obs: None)
+        self.assertEqual((stop["rewards"], stop["value"]), ([0.0], 0.0), stop)
+        branches = ep.fork(2)
+        self.assertEqual([b.state()["branch_step"] for b in branches], [3, 3])
+        self.assertTrue(branches[0].observation["url"].endswith("product.html?id=9"), branches[0].observation.get("url"))
+        tree = self.c.episode_tree(branches[1].id)
+        self.assertEqual(tree["root"], ep.id)
+        kids = tree["episodes"][0]["children"]
+        self.assertEqual(len(kids), 5)
+        self.assertEqual(kids[-2:], [b.id for b in branches])
+        self.assertEqual({e["episode_id"]: e["parent"] for e in tree["episodes"][1:]}, {i: ep.id for i in kids})
+        for b in branches:
+            b.abort()
+        self.assertEqual(ep.finish()["outcome"], "failure")
+        with self.assertRaises(OrchardError) as e:
+            ep.fork(1)
+        self.assertEqual((e.exception.status, e.exception.category), (409, "conflict"))
+
     def test_async_sandboxes_at_once(self):
         async def rollout(c, n):
             async with await c.create_sandbox(kind="browser", labels={"rollout": str(n)}) as sb:
