@@ -303,7 +303,7 @@ func validateState(st api.BrowserState) error {
 				return bad("invalid URL", "tabs", i, "url")
 			}
 			switch p.Scheme {
-			case "http", "https", "about", "data":
+			case "http", "https", "about", "data", "file": // file: the sandbox's own files, which it can open anyway
 			default:
 				return bad(fmt.Sprintf("a tab's URL may not have scheme %q", p.Scheme), "tabs", i, "url")
 			}

@@ -1,11 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"github.com/orchard/orchard/internal/failpoint"
 	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/store"
-	"github.com/orchard/orchard/tasks"
 )
 
 // Episodes that branch: POST /episodes/{id}/fork makes count episodes
@@ -75,15 +71,14 @@ func (s *Server) forkEpisode(c *gin.Context) error {
 	}
 	// A fork carries files and the browser's state, not processes: the
 	// processes a task's setup started (the bundled sites' server) are
-	// started again in each branch, and the parent's browser state put
-	// back once they serve (see startBranch).
-	var state []byte
-	if rerunSetup(ep) && !ep.Desktop() {
-		if state, err = s.agentRaw(ctx, ep.SandboxID, http.MethodGet, "/browser/state", nil); err != nil {
-			return err
-		}
+	// started again in each branch, as the fork's start commands, before
+	// the browser's state (which loads pages they serve) is restored.
+	var startExec []string
+	if rerunSetup(ep) {
+		startExec = ep.Task.Setup.Exec
 	}
-	sbs, err := s.mgr.Fork(ctx, ep.SandboxID, api.ForkRequest{Count: req.Count, Labels: map[string]string{"orchard.episode.parent": ep.EpisodeID}})
+	sbs, err := s.mgr.Fork(ctx, ep.SandboxID, api.ForkRequest{Count: req.Count, Exec: startExec,
+		Labels: map[string]string{"orchard.episode.parent": ep.EpisodeID}})
 	if err != nil {
 		return err
 	}
@@ -95,7 +90,7 @@ func (s *Server) forkEpisode(c *gin.Context) error {
 	// Each branch takes its observation in its own sandbox, all at once.
 	var wg sync.WaitGroup
 	for _, b := range bs {
-		wg.Go(func() { s.startBranch(ctx, ep, b, state) })
+		wg.Go(func() { s.startBranch(ctx, ep, b) })
 	}
 	wg.Wait()
 	var failed error
@@ -132,30 +127,16 @@ func rerunSetup(ep *episodes.Episode) bool {
 	return ep.Task.Setup != nil && len(ep.Task.Setup.Exec) > 0
 }
 
-// startBranch takes b's lock, starts its task's processes again (and
-// then puts back the browser state, which loads pages they serve), opens
-// its recording and takes its current step's observation again in its
-// sandbox, then stores it. A branch whose sandbox fails any of that is
-// not made: b.err.
-func (s *Server) startBranch(ctx context.Context, parent *episodes.Episode, b *branch, state []byte) {
+// startBranch takes b's lock, opens its recording and takes its current
+// step's observation again in its sandbox, then stores it. A branch whose
+// sandbox fails any of that is not made: b.err.
+func (s *Server) startBranch(ctx context.Context, parent *episodes.Episode, b *branch) {
 	bctx, lease, unlock, err := s.eps.Lock(ctx, b.ep.EpisodeID)
 	if err != nil {
 		b.err = err
 		return
 	}
 	b.lease, b.unlock = lease, unlock
-	if rerunSetup(b.ep) {
-		if err := s.setupTask(bctx, b.ep.SandboxID, &tasks.Setup{Exec: b.ep.Task.Setup.Exec}); err != nil {
-			b.err = err
-			return
-		}
-		if len(state) > 0 {
-			if _, err := s.agentRaw(bctx, b.ep.SandboxID, http.MethodPut, "/browser/state", state); err != nil {
-				b.err = err
-				return
-			}
-		}
-	}
 	if parent.RecordingID != "" && s.recs != nil {
 		s.startBranchRecording(parent, b.ep)
 	}
@@ -279,40 +260,6 @@ func (s *Server) deleteRecording(c *gin.Context) error {
 	return nil
 }
 
-// agentRaw makes one call to a path of sandbox id's agent with a raw
-// JSON body and returns the answer's body; an error answer is the
-// agent's classified error.
-func (s *Server) agentRaw(ctx context.Context, id, method, path string, body []byte) ([]byte, error) {
-	a, err := s.mgr.Agent(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	base, rt := a.HTTP()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base.String(), "/")+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := (&http.Client{Transport: rt}).Do(req)
-	if err != nil {
-		return nil, faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox, "the sandbox's agent did not answer")
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAgentState))
-	if err != nil {
-		return nil, faults.Wrap(err, faults.CodeAgentUnreachable, faults.Unavailable, faults.Sandbox, "the sandbox's agent's answer broke off")
-	}
-	if resp.StatusCode/100 != 2 {
-		return nil, envelopeError(resp.StatusCode, raw)
-	}
-	return raw, nil
-}
 
 // maxAgentState bounds a browser state read from an agent, as the
 // manager's snapshots do.

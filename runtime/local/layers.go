@@ -57,6 +57,9 @@ const (
 	maxLayerDepth = 128
 )
 
+// freezeAttempts bounds SaveLayer's tries to freeze a sandbox.
+const freezeAttempts = 4
+
 // defaultLayersBytes is the size of the layers filesystem: sparse, so
 // only what layers hold is taken from the host's disk.
 const defaultLayersBytes = 1 << 40
@@ -279,8 +282,18 @@ func (l *Local) SaveLayer(ctx context.Context, id, name string, opts runtime.Lay
 		return runtime.Layer{}, snapshotFailed(id, "container status", err)
 	}
 	if st == libcontainer.Running {
-		if err := c.Pause(); err != nil {
-			return runtime.Layer{}, snapshotFailed(id, "freeze", err)
+		// The v1 freezer gives up when a task does not reach a point where
+		// it can stop in time, which a loaded host sees now and then: the
+		// next try usually gets it.
+		err := c.Pause()
+		for try := 1; err != nil && try < freezeAttempts; try++ {
+			_ = c.Resume()
+			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
+			err = c.Pause()
+		}
+		if err != nil {
+			return runtime.Layer{}, faults.Wrap(err, faults.CodeCapacity, faults.Capacity, faults.Platform,
+				fmt.Sprintf("snapshot of sandbox %s: its processes could not be frozen (the host is loaded); try again", id))
 		}
 		defer func() {
 			if err := c.Resume(); err != nil && !errors.Is(err, libcontainer.ErrNotPaused) {
