@@ -260,7 +260,6 @@ func (s *Server) deleteRecording(c *gin.Context) error {
 	return nil
 }
 
-
 // maxAgentState bounds a browser state read from an agent, as the
 // manager's snapshots do.
 const maxAgentState = 64 << 20
