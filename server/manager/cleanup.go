@@ -68,8 +68,10 @@ func (m *Manager) sweepLoop(ctx context.Context) {
 
 // Sweep runs one cleanup and reconciliation pass.
 func (m *Manager) Sweep(ctx context.Context) {
-	// Deleted snapshots and ended forks leave layers nothing may use any more.
-	defer m.pruneSoon()
+	// Deleted snapshots and ended forks leave layers nothing may use any
+	// more. In line: the sweep is background work of its own, which
+	// Shutdown waits for through Run, not through m.bg.
+	defer m.prune(ctx)
 	now := m.now()
 	// Records are stored before their containers are created, so a
 	// container listed before the records has its record among them unless

@@ -292,25 +292,34 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 	return nil
 }
 
-// pruneSoon removes unused released layers in the background.
+// pruneSoon removes unused released layers in the background, for the
+// request paths that release them.
 func (m *Manager) pruneSoon() {
-	sn, ok := m.rt.(runtime.Snapshotter)
-	if !ok {
+	if _, ok := m.rt.(runtime.Snapshotter); !ok {
 		return
 	}
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
-		m.pruneMu.Lock()
-		defer m.pruneMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if removed, err := sn.PruneLayers(ctx); err != nil {
-			m.log.Warn("prune snapshot layers", "err", err)
-		} else if len(removed) > 0 {
-			m.log.Info("snapshot layers removed", "layers", removed)
-		}
+		m.prune(ctx)
 	}()
+}
+
+// prune removes unused released layers, one prune at a time.
+func (m *Manager) prune(ctx context.Context) {
+	sn, ok := m.rt.(runtime.Snapshotter)
+	if !ok {
+		return
+	}
+	m.pruneMu.Lock()
+	defer m.pruneMu.Unlock()
+	if removed, err := sn.PruneLayers(ctx); err != nil {
+		m.log.Warn("prune snapshot layers", "err", err)
+	} else if len(removed) > 0 {
+		m.log.Info("snapshot layers removed", "layers", removed)
+	}
 }
 
 // fromSnapshot fills a create's parameters from the snapshot it starts
