@@ -13,30 +13,37 @@ import (
 
 // Orchard's Python client (sdk/python) against a real server on loopback:
 // its unittest suite drives shell, browser and desktop sandboxes, an
-// episode and its recording, and checks the classified errors.
+// episode, its forks and its recording, and checks the classified errors.
 func TestPythonClient(t *testing.T) {
+	testenv.RequireChromium(t)
+	var env []string
+	if _, err := exec.LookPath("Xvfb"); err == nil {
+		env = append(env, "ORCHARD_TEST_DESKTOP=1")
+	}
+	runPythonTests(t, testserver.Start(t, testserver.Options{}), "tests.test_live", env...)
+}
+
+// runPythonTests runs a unittest target of sdk/python against srv and
+// fails unless every test in it ran (none skipped for want of a server)
+// and passed.
+func runPythonTests(t *testing.T, srv *testserver.Server, target string, env ...string) {
+	t.Helper()
 	py, err := exec.LookPath("python3")
 	testenv.Require(t, "python3", err == nil, "python3 not in PATH (apt-get install python3)")
-	testenv.RequireChromium(t)
-	srv := testserver.Start(t, testserver.Options{})
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, "sdk", "python")
-	cmd := exec.Command(py, "-m", "unittest", "-v", "tests.test_live")
-	cmd.Dir = dir
+	cmd := exec.Command(py, "-m", "unittest", "-v", target)
+	cmd.Dir = filepath.Join(root, "sdk", "python")
 	cmd.Env = append(os.Environ(), "ORCHARD_URL="+srv.URL, "ORCHARD_API_KEY="+srv.APIKey, "PYTHONDONTWRITEBYTECODE=1")
-	if _, err := exec.LookPath("Xvfb"); err == nil {
-		cmd.Env = append(cmd.Env, "ORCHARD_TEST_DESKTOP=1")
-	}
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
+		t.Fatalf("python3 -m unittest %s: %v\n%s", target, err, out)
 	}
-	// Every test ran: none skipped for want of a server.
 	if s := string(out); strings.Contains(s, "skipped 'ORCHARD_URL") || !strings.Contains(s, "OK") {
-		t.Fatalf("the suite did not run against the server:\n%s", s)
+		t.Fatalf("%s did not run against the server:\n%s", target, s)
 	}
 	t.Logf("%s", out)
 }

@@ -10,16 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
@@ -378,22 +374,5 @@ func TestServiceEndpoints(t *testing.T) {
 // SDK's request sequence (with requests, when installed), against a real
 // server: sdk/python/tests/test_services.py.
 func TestServicePythonClient(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	testenv.Require(t, "python3", err == nil, "python3 not in PATH (apt-get install python3)")
-	srv := testserver.Start(t, testserver.Options{})
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, "-m", "unittest", "-v", "tests.test_services")
-	cmd.Dir = filepath.Join(root, "sdk", "python")
-	cmd.Env = append(os.Environ(), "ORCHARD_URL="+srv.URL, "ORCHARD_API_KEY="+srv.APIKey, "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
-	}
-	if s := string(out); strings.Contains(s, "skipped 'ORCHARD_URL") || !strings.Contains(s, "OK") {
-		t.Fatalf("the suite did not run against the server:\n%s", s)
-	}
-	t.Logf("%s", out)
+	runPythonTests(t, testserver.Start(t, testserver.Options{}), "tests.test_services")
 }
