@@ -720,12 +720,12 @@ func (m *Manager) Wait(ctx context.Context, id string, timeout int) (store.Sandb
 // Delete removes the record now and tears the sandbox down in the
 // background. Unknown ids are fine (idempotent, as Orchard).
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	rid := m.runtimeName(ctx, id)
-	stacked := false // the sandbox started from a snapshot or a fork: its layers may be unused now
-	if _, ok := m.rt.(runtime.Snapshotter); ok {
-		if rec, err := m.st.GetSandbox(ctx, id); err == nil {
-			stacked = rec.Snapshot != "" || rec.ForkOf != ""
-		}
+	// One read of the record: the runtime's name of the sandbox, and
+	// whether it started from a snapshot or a fork (its layers may then be
+	// unused once it is gone). Unknown ids delete fine.
+	rid, stacked := id, false
+	if rec, err := m.st.GetSandbox(ctx, id); err == nil {
+		rid, stacked = rec.RuntimeName(), rec.Snapshot != "" || rec.ForkOf != ""
 	}
 	if err := m.st.DeleteSandbox(ctx, id); err != nil {
 		return err
