@@ -65,6 +65,10 @@ func literal(text string) string {
 	return strings.ReplaceAll(text, imagePlaceholder, literalPlaceholder)
 }
 
+// ParquetRow is the row the parquet export writes for r: what a dataset
+// build writes per recording in its "gui" layout.
+func (r *Recording) ParquetRow(ctx context.Context) (ParquetRow, error) { return r.parquetRow(ctx) }
+
 // parquetRow builds the export row.
 func (r *Recording) parquetRow(ctx context.Context) (ParquetRow, error) {
 	msgs := []ChatMessage{{Role: "user", Content: literal(r.m.Question)}}

@@ -52,14 +52,17 @@ const (
 // Manifest describes one recording. It is rewritten after every step, so
 // Steps is the count of steps known when it was last written.
 type Manifest struct {
-	Version    int        `json:"version"`
-	ID         string     `json:"id"`
-	EpisodeID  string     `json:"episode_id,omitempty"`
-	TaskID     string     `json:"task_id,omitempty"`
+	Version   int    `json:"version"`
+	ID        string `json:"id"`
+	EpisodeID string `json:"episode_id,omitempty"`
+	TaskID    string `json:"task_id,omitempty"`
+	// Suite is the task suite the task was loaded from; empty for an
+	// inline task.
+	Suite      string     `json:"suite,omitempty"`
 	Question   string     `json:"question,omitempty"`
 	StartURL   string     `json:"start_url,omitempty"`
 	SandboxID  string     `json:"sandbox_id,omitempty"`
-	Kind       string     `json:"kind,omitempty"` // browser|desktop
+	Kind       string     `json:"kind,omitempty"` // browser|desktop|shell
 	CreatedAt  time.Time  `json:"created_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	Steps      int        `json:"steps"`

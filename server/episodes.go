@@ -205,7 +205,7 @@ func (s *Server) startEpisodeSandbox(ctx context.Context, p manager.CreateParams
 // startRecording opens ep's recording; an episode whose recording cannot
 // be made runs unrecorded.
 func (s *Server) startRecording(ep *episodes.Episode) {
-	w, err := s.recs.Create(recordings.Manifest{ID: ep.EpisodeID, EpisodeID: ep.EpisodeID, TaskID: ep.Task.ID, Question: ep.Task.Question,
+	w, err := s.recs.Create(recordings.Manifest{ID: ep.EpisodeID, EpisodeID: ep.EpisodeID, TaskID: ep.Task.ID, Suite: ep.Task.Suite, Question: ep.Task.Question,
 		StartURL: ep.Task.StartURL, SandboxID: ep.SandboxID, Kind: ep.Kind, CreatedAt: ep.CreatedAt})
 	if err != nil {
 		s.log.Warn("episode: recording", "episode_id", ep.EpisodeID, "err", err)
