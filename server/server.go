@@ -156,6 +156,7 @@ func New(cfg Config, mgr *manager.Manager, log *slog.Logger) (*Server, error) {
 	s.routes = append(s.routes, s.snapshotRoutes()...)
 	s.routes = append(s.routes, s.poolRoutes()...)
 	s.routes = append(s.routes, s.serviceRoutes()...)
+	s.routes = append(s.routes, s.datasetRoutes()...)
 	for _, r := range s.routes {
 		chain := []gin.HandlerFunc{s.readBody(cfg.MaxBodyBytes, r.rawBody, r.public, r.stream)}
 		if !r.public {
