@@ -17,10 +17,10 @@ import (
 const defaultURL = "http://127.0.0.1:8000"
 
 // addClientCommands adds the commands that talk to a server: sandbox, exec,
-// cp, shell, act, screenshot and run. They share the connection flags --url and --api-key.
+// cp, shell, act, screenshot, run and dataset. They share the connection flags --url and --api-key.
 func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	conn := &connection{getenv: getenv}
-	for _, cmd := range []*cobra.Command{sandboxCmd(conn), execCmd(conn), cpCmd(conn), shellCmd(conn), actCmd(conn), screenshotCmd(conn), runCmd(conn)} {
+	for _, cmd := range []*cobra.Command{sandboxCmd(conn), execCmd(conn), cpCmd(conn), shellCmd(conn), actCmd(conn), screenshotCmd(conn), runCmd(conn), datasetCmd(conn)} {
 		conn.register(cmd)
 		wrapErrors(cmd)
 		root.AddCommand(cmd)
