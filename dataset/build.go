@@ -34,7 +34,7 @@ const DefaultShardBytes = 256 << 20
 // flushBytes is how much row payload a shard writer buffers before it
 // writes a row group: it bounds a build's memory, and at this size a row
 // group still compresses and reads well.
-const flushBytes = 32 << 20
+const flushBytes = 16 << 20
 
 // ManifestVersion is written to every manifest.json.
 const ManifestVersion = 1

@@ -205,6 +205,18 @@ type shardSet interface {
 	abort()
 }
 
+// blobColumns are the columns of images and long text. Their page bounds
+// (the min and max value of every page, in the footer's column index) say
+// nothing of use, and the writer would keep a copy of each until the shard
+// closes: a build's memory would grow with the shard, not stay at a row
+// group's.
+var blobColumns = [][]string{
+	{"messages"}, {"metadata"},
+	{"images", "list", "element", "bytes"},
+	{"messages", "list", "element", "content"},
+	{"messages", "list", "element", "tool_calls", "list", "element", "arguments"},
+}
+
 type rowFunc[T any] func(context.Context, *recordings.Recording) (T, int64, error)
 
 type shards[T any] struct {
@@ -259,7 +271,11 @@ func (s *shards[T]) add(ctx context.Context, split string, r *recordings.Recordi
 		}
 		// Screenshots are already compressed; Snappy is cheap and pays
 		// off on the text columns, and every Parquet reader has it.
-		sh = &shard[T]{f: f, w: parquet.NewGenericWriter[T](f, parquet.Compression(&parquet.Snappy))}
+		opts := []parquet.WriterOption{parquet.Compression(&parquet.Snappy)}
+		for _, p := range blobColumns {
+			opts = append(opts, parquet.SkipPageBounds(p...))
+		}
+		sh = &shard[T]{f: f, w: parquet.NewGenericWriter[T](f, opts...)}
 		s.open[split] = sh
 		s.written[split] = append(s.written[split], name)
 	}
