@@ -230,6 +230,7 @@ class OrchardEnv(_EnvBase):
         self._rng = random.Random()
         self._steps = 0
         self._ids: Tuple[Optional[str], Optional[str]] = (None, None)  # the last episode's and its sandbox's
+        self._start_failed: Optional[Info] = None  # the info of a reset that could not start an episode
         self._lock = threading.Lock()  # guards episode against close_all from a signal handler
         _install_cleanup()
 
@@ -242,6 +243,7 @@ class OrchardEnv(_EnvBase):
         if seed is not None:
             self._rng.seed(seed)
         self._abort_quietly()
+        self._start_failed = None
         opts = dict(options or {})
         task_id, task = opts.get("task_id"), opts.get("task")
         if task_id is None and task is None:
@@ -263,6 +265,7 @@ class OrchardEnv(_EnvBase):
             self.episode, self.result, self._steps, self._ids = None, None, 0, (None, None)
             info = self._info(None, {"outcome": "env_error", "attribution": _fault(e)})
             info["error"] = _fault(e)
+            self._start_failed = info
             return {}, info
         with self._lock:
             self.episode, self.result, self._steps = ep, None, 0
@@ -283,6 +286,9 @@ class OrchardEnv(_EnvBase):
         """One action; the episode is finished (evaluated) when it ends."""
         ep = self.episode
         if ep is None:
+            if self._start_failed is not None:
+                # reset could not start an episode: it ends here, env_error.
+                return {}, 0.0, True, False, self._start_failed
             raise RuntimeError("OrchardEnv.step: no episode running; call reset()")
         if not isinstance(action, dict):
             raise TypeError(f"OrchardEnv.step: action must be a dict, not {type(action).__name__}")
@@ -296,7 +302,7 @@ class OrchardEnv(_EnvBase):
         except OrchardError as e:
             if e.status and e.status < 500 and e.code != "episode.done":
                 raise  # a malformed action is the caller's to fix
-            res = self._finish_after_error()
+            res = self._finish_after_error(e)
             info = self._info(None, res)
             info["error"] = info["error"] or _fault(e)
             return ep.observation or {}, _reward(res), True, False, info
@@ -343,13 +349,17 @@ class OrchardEnv(_EnvBase):
         self.result = res
         return res
 
-    def _finish_after_error(self) -> Dict[str, Any]:
-        try:
-            return self._finish(None)
-        except OrchardError as e:
+    def _finish_after_error(self, err: OrchardError) -> Dict[str, Any]:
+        """End the episode after a step or finish failed: finish it if it
+        still runs, else (or if that fails too) call it env_error."""
+        if self.episode is not None:
+            try:
+                return self._finish(None)
+            except OrchardError as e:
+                err = e
             self._abort_quietly()
-            self.result = {"outcome": "env_error", "attribution": _fault(e), "reward": None}
-            return self.result
+        self.result = {"outcome": "env_error", "attribution": _fault(err), "reward": None}
+        return self.result
 
     def _abort_quietly(self, fresh: bool = False) -> bool:
         """Abort the running episode; True if there was one. fresh: over

@@ -145,5 +145,41 @@ class EnvTest(unittest.TestCase):
             time.sleep(0.2)
 
 
+class OfflineTest(unittest.TestCase):
+    """What needs no server: the Gymnasium base class when Gymnasium is
+    importable, and a server that cannot be reached."""
+
+    def test_subclasses_gymnasium_when_importable(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "gymnasium"))
+            with open(os.path.join(d, "gymnasium", "__init__.py"), "w") as f:
+                f.write("from . import spaces\nclass Env:\n    pass\n")
+            with open(os.path.join(d, "gymnasium", "spaces.py"), "w") as f:
+                f.write("class Space:\n    def __init__(self, shape=None, dtype=None, seed=None):\n        self.shape = shape\n")
+            code = ("import gymnasium, orchard; "
+                    "assert issubclass(orchard.OrchardEnv, gymnasium.Env); "
+                    "assert isinstance(orchard.ActionSpace('shell'), gymnasium.spaces.Space); "
+                    "print('ok')")
+            env = dict(os.environ, PYTHONPATH=d)
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.stdout.strip(), "ok", out.stderr)
+
+    def test_unreachable_server_is_env_error(self):
+        env = OrchardEnv(task_id="any", client=Client("http://127.0.0.1:9", retries=1, timeout=5))
+        obs, info = env.reset()
+        self.assertEqual((obs, info["outcome"], info["env_error"]), ({}, "env_error", True))
+        self.assertEqual(info["attribution"]["code"], "client.unreachable")
+        obs, reward, terminated, truncated, info2 = env.step({"type": "wait", "ms": 1})
+        self.assertEqual((reward, terminated, truncated, info2["env_error"]), (0.0, True, False, True))
+        env.close()
+
+    def test_spaces(self):
+        self.assertTrue(OrchardEnv(task_id="x", kind="shell").action_space.contains({"type": "exec", "command": "ls"}))
+        self.assertFalse(OrchardEnv(task_id="x", kind="browser").action_space.contains({"type": "exec"}))
+        self.assertTrue(OrchardEnv(task_id="x", kind="desktop").action_space.contains({"action": "left_click"}))
+        self.assertIn("stdout", OrchardEnv(task_id="x", kind="shell").observation_space.fields)
+
+
 if __name__ == "__main__":
     unittest.main()
