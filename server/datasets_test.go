@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/dataset"
+	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/server"
@@ -117,4 +118,84 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// Episodes run on the server, then built: the recordings carry their
+// suite, so a build selects them by it; the gui rows hold the episodes'
+// screenshots.
+func TestDatasetsFromEpisodes(t *testing.T) {
+	testenv.RequireChromium(t)
+	srv := testserver.Start(t, testserver.Options{})
+	task := `{"id":"t%d","question":"Say %d","start_url":"file:///workspace/p.html","setup":{"files":[{"path":"/workspace/p.html","content":"<title>P</title>%d"}],"sandbox":{"block_network":true,"browser":{"viewport":{"width":320,"height":240}}}},"eval":{"type":"answer_match","references":["%d"]}}`
+	var suite strings.Builder
+	for i := range 3 {
+		fmt.Fprintf(&suite, task+"\n", i, i, i, i)
+	}
+	if r := call(t, srv, "POST", "/tasks?suite=mini&name=mini.jsonl", suite.String()); r.status != 200 {
+		t.Fatalf("load suite: %d %s", r.status, r.raw)
+	}
+	for i := range 3 {
+		r := call(t, srv, "POST", "/episodes", map[string]any{"task_id": fmt.Sprintf("mini/t%d", i)})
+		if r.status != 200 {
+			t.Fatalf("start: %d %s", r.status, r.raw)
+		}
+		id := r.body["episode_id"].(string)
+		if r := call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": map[string]any{"type": "wait", "ms": 10}}); r.status != 200 {
+			t.Fatalf("step: %d %s", r.status, r.raw)
+		}
+		answer := fmt.Sprint(i)
+		if i == 2 {
+			answer = "wrong"
+		}
+		if r := call(t, srv, "POST", "/episodes/"+id+"/finish", map[string]any{"answer": answer}); r.status != 200 {
+			t.Fatalf("finish: %d %s", r.status, r.raw)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/datasets", strings.NewReader(`{"select":{"suite":"mini"},"splits":{"test_percent":50}}`))
+	req.Header.Set("X-API-Key", srv.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(resp.Body)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
+	}
+	var man dataset.Manifest
+	if err := json.Unmarshal(files["manifest.json"], &man); err != nil {
+		t.Fatal(err)
+	}
+	if man.Included != 3 || man.Outcomes["success"] != 2 || man.Outcomes["failure"] != 1 {
+		t.Fatalf("manifest: included %d outcomes %v excluded %v", man.Included, man.Outcomes, man.Excluded)
+	}
+	for _, e := range man.Recordings {
+		if e.Kind != "browser" || e.Steps != 2 {
+			t.Errorf("recording %+v", e)
+		}
+	}
+	shards := 0
+	for name, b := range files {
+		if strings.HasPrefix(name, "data/") && strings.HasSuffix(name, ".parquet") {
+			shards++
+			if !bytes.HasPrefix(b, []byte("PAR1")) {
+				t.Errorf("%s is not Parquet", name)
+			}
+		}
+	}
+	if shards == 0 {
+		t.Errorf("no shards in %v", keys(files))
+	}
 }
