@@ -166,6 +166,10 @@ type call struct {
 	contentType string
 	// rawOut receives a 2xx body undecoded (exports, images).
 	rawOut *[]byte
+	// stream receives a 2xx body as it arrives, with no size bound (a
+	// dataset's tar). Only for calls that are not idempotent: a retry
+	// after part of a body was copied would copy it again.
+	stream io.Writer
 	// header receives a 2xx response's headers (an image's frame and scale).
 	header *http.Header
 	// idempotent calls are retried on retryable failures.
@@ -248,7 +252,7 @@ func (c *Client) attempt(ctx context.Context, cl call, body []byte, rid string) 
 		}
 		req.Header.Set("Content-Type", ct)
 	}
-	if cl.rawOut == nil {
+	if cl.rawOut == nil && cl.stream == nil {
 		req.Header.Set("Accept", "application/json")
 	}
 	req.Header.Set("User-Agent", c.ua)
@@ -262,6 +266,12 @@ func (c *Client) attempt(ctx context.Context, cl call, body []byte, rid string) 
 	}
 	defer resp.Body.Close()
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if ok && cl.stream != nil {
+		if _, err := io.Copy(cl.stream, resp.Body); err != nil {
+			return 0, c.transportError(ctx, actx, cl, err)
+		}
+		return 0, nil
+	}
 	limit := c.maxBytes
 	if !ok {
 		limit = maxErrorBytes

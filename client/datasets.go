@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"time"
 )
@@ -12,10 +13,9 @@ import (
 const datasetBuildBudget = 30 * time.Minute
 
 // BuildDataset posts req, the body of POST /datasets (layout, select,
-// splits, name, shard_bytes), and returns the built dataset as a tar. A
-// build is not retried: it may have read thousands of recordings.
-func (c *Client) BuildDataset(ctx context.Context, req any) ([]byte, error) {
-	var out []byte
-	err := c.do(ctx, call{method: http.MethodPost, path: "/datasets", body: req, rawOut: &out, longPoll: datasetBuildBudget})
-	return out, err
+// splits, name, shard_bytes), and copies the built dataset, a tar, to w as
+// it arrives: a dataset may be larger than memory. A build is not
+// retried: it may have read thousands of recordings.
+func (c *Client) BuildDataset(ctx context.Context, req any, w io.Writer) error {
+	return c.do(ctx, call{method: http.MethodPost, path: "/datasets", body: req, stream: w, longPoll: datasetBuildBudget})
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -152,12 +151,22 @@ func buildRemote(ctx context.Context, conn *connection, out string, opt dataset.
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("--out %s is not empty", out)
 	}
-	data, err := conn.client().BuildDataset(ctx, opt)
-	if err != nil {
+	// The tar is unpacked as it arrives: a dataset may be larger than
+	// memory.
+	pr, pw := io.Pipe()
+	built := make(chan error, 1)
+	go func() {
+		err := conn.client().BuildDataset(ctx, opt, pw)
+		pw.CloseWithError(err)
+		built <- err
+	}()
+	uerr := untar(pr, out)
+	pr.CloseWithError(errors.New("unpack stopped")) // ends the transfer if untar stopped early
+	if err := <-built; err != nil {
 		return nil, err
 	}
-	if err := untar(bytes.NewReader(data), out); err != nil {
-		return nil, fmt.Errorf("unpack the dataset into %s: %w", out, err)
+	if uerr != nil {
+		return nil, fmt.Errorf("unpack the dataset into %s: %w", out, uerr)
 	}
 	var man dataset.Manifest
 	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
