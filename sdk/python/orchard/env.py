@@ -446,7 +446,7 @@ TaskSpec = Union[str, Dict[str, Any]]
 
 def _rollout(make_env: Callable[[], OrchardEnv], task: TaskSpec, policy: Policy, max_steps: int,
              stop: threading.Event) -> Trajectory:
-    opts = {"task": task} if isinstance(task, dict) else {"task_id": task}
+    opts: Dict[str, Any] = {"task": task} if isinstance(task, dict) else {"task_id": task}
     tr = Trajectory(task_id=task.get("id") if isinstance(task, dict) else task)
     env = make_env()
     try:
