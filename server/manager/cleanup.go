@@ -73,14 +73,16 @@ const orphanGrace = 10 * time.Minute
 func (m *Manager) reapOrphansLoop(ctx context.Context, r orphanReaper) {
 	t := time.NewTicker(m.cfg.CleanupInterval)
 	defer t.Stop()
+	// Not at start: reading every process's descriptors would slow it, and
+	// no orphan is younger than orphanGrace anyway.
 	for {
-		if n := r.ReapOrphans(ctx, orphanGrace); n > 0 {
-			m.log.Warn("cleanup: removed orphaned sandboxes of this host", "count", n)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if n := r.ReapOrphans(ctx, orphanGrace); n > 0 {
+			m.log.Warn("cleanup: removed orphaned sandboxes of this host", "count", n)
 		}
 	}
 }
