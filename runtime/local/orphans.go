@@ -298,3 +298,24 @@ func pathExists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
 }
+
+// Reaches reports whether addr, a sandbox's agent address, is one of this
+// runtime's: a socket under its state directory. Another state
+// directory's sandbox (another replica's) is out of its reach.
+func (l *Local) Reaches(addr string) bool {
+	sock, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return false
+	}
+	if strings.HasPrefix(sock, l.boxRoot+"/") {
+		return true
+	}
+	// The same directory by another path (a symlink, a server restarted
+	// with the state directory named otherwise).
+	dir, err := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(sock)))
+	if err != nil {
+		return false
+	}
+	root, err := filepath.EvalSymlinks(l.boxRoot)
+	return err == nil && dir == root
+}

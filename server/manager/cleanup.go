@@ -23,6 +23,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	cancels := make(chan struct{})
 	go func() { defer close(cancels); m.serveCancels(ctx) }()
 	defer func() { <-cancels }()
+	if _, ok := m.rt.(reacher); ok {
+		deletes := make(chan struct{})
+		go func() { defer close(deletes); m.finishDeletesLoop(ctx) }()
+		defer func() { <-deletes }()
+	}
 	if r, ok := m.rt.(orphanReaper); ok {
 		orphans := make(chan struct{})
 		go func() { defer close(orphans); m.reapOrphansLoop(ctx, r) }()
