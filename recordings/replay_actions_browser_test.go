@@ -10,17 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/orchard/orchard/faults"
 	"github.com/orchard/orchard/internal/testing/docimg"
-	"github.com/orchard/orchard/internal/testing/testenv"
+	"github.com/orchard/orchard/internal/testing/pagetest"
 )
 
 // actionsRecording records one step per action type the replay draws,
@@ -79,39 +76,6 @@ func actionsRecording(t *testing.T) *Recording {
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
 
-// chromiumPage opens file in a fresh headless Chromium and returns a
-// context for it and the URLs of every request the page made.
-func chromiumPage(t *testing.T, file string) (context.Context, func() []string) {
-	t.Helper()
-	chromium := testenv.RequireChromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.WindowSize(1000, 900), chromedp.Flag("proxy-server", "127.0.0.1:9"), chromedp.UserDataDir(t.TempDir()))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancel)
-	var mu sync.Mutex // guards urls, appended from chromedp's event goroutine
-	var urls []string
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
-			mu.Lock()
-			urls = append(urls, e.Request.URL)
-			mu.Unlock()
-		}
-	}))
-	t.Cleanup(cancel)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	tctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(tcancel)
-	if err := chromedp.Do(tctx, chromedp.EmulateViewport(1000, 900), chromedp.Navigate("file://"+file), chromedp.WaitReady("body")); err != nil {
-		t.Fatal(err)
-	}
-	return tctx, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), urls...) }
-}
-
 // The replay in Chromium: the click marker sits at the mapped point of a
 // downscaled screenshot, every action type is drawn or transcribed, the
 // failed step shows its category, the evaluation shows expected vs got,
@@ -127,7 +91,7 @@ func TestReplayDrawsActionsInChromium(t *testing.T) {
 	if err := os.WriteFile(file, page.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, requests := chromiumPage(t, file)
+	ctx, requests := pagetest.Open(t, "file://"+file, 1000, 900)
 
 	var got struct {
 		Kinds    []string `json:"kinds"`
