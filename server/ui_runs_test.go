@@ -98,6 +98,15 @@ func TestDashboardRunsInChromium(t *testing.T) {
 	if latest.Step != "0" || latest.Kind != "click" || latest.CX != "390" || latest.CY != "95" || !strings.Contains(latest.Status, "step 1") {
 		t.Errorf("latest step: %+v", latest)
 	}
+	// A step that lands while the page is open shows up in the row and in
+	// the latest step without a reload: a type, drawn as its text.
+	want(t, call(t, srv, "POST", "/episodes/"+ep+"/step", map[string]any{"action": map[string]any{"type": "type", "text": "lamp"}}), 200)
+	wait("the second step", row+`.querySelector('td.steps').textContent === '2' && document.querySelector('#latest svg').dataset.kind === 'type'`)
+	var typed string
+	eval(`document.querySelector('#latest svg text.typed').textContent`, &typed)
+	if typed != `type "lamp"` {
+		t.Errorf("latest step's caption %q", typed)
+	}
 	// The sandbox's live view, one click from the row.
 	if err := chromedp.Do(ctx, chromedp.Click(`button[data-live="`+ep+`"]`)); err != nil {
 		t.Fatal(err)
