@@ -49,7 +49,9 @@ func actionsRecording(t *testing.T) *Recording {
 		{Step{N: 6, Action: raw(`{"type":"drag","path":[[10,10],[100,100],[300,150]]}`), Width: 400, Height: 200, Scale: 0.5,
 			Error: &faults.Info{Category: faults.Timeout, Source: faults.Site, Code: "site.timeout", Message: "the page did not answer"}}, true},
 		{Step{N: 7, Action: raw(`{"type":"exec","command":"ls /work"}`), Result: raw(`{"stdout":"a.txt\n","stderr":"warn\n","exit_code":2,"duration_ms":12}`)}, false},
-		{Step{N: 8, Action: raw(`{"type":"answer","text":"$42"}`)}, false},
+		{Step{N: 8, Action: raw(`{"type":"write_file","path":"notes.txt","content":"price: $42"}`), Result: raw(`{"exit_code":0}`)}, false},
+		{Step{N: 9, Action: raw(`{"type":"apply_patch","patch":"--- a/x\n+++ b/x\n"}`), Result: raw(`{"exit_code":0}`)}, false},
+		{Step{N: 10, Action: raw(`{"type":"answer","text":"$42"}`)}, false},
 	}
 	for _, s := range steps {
 		var shot []byte
@@ -142,7 +144,7 @@ func TestReplayDrawsActionsInChromium(t *testing.T) {
 	if strings.Join(got.Typed, "|") != `type "blue shoes"|key Enter` {
 		t.Errorf("typed captions %q", got.Typed)
 	}
-	for _, want := range []string{"$ ls /work", "a.txt", "warn", "exit 2", "answer: $42"} {
+	for _, want := range []string{"$ ls /work", "a.txt", "warn", "exit 2", "write_file notes.txt", "price: $42", "apply_patch", "+++ b/x", "answer: $42"} {
 		if !strings.Contains(got.Term, want) {
 			t.Errorf("terminal transcript %q lacks %q", got.Term, want)
 		}
