@@ -18,8 +18,9 @@ import (
 )
 
 // writeRun writes the summary of a run with the given final outcome per
-// task, as `orchard run --json` does, and returns its path.
-func writeRun(t *testing.T, dir, name string, outcomes map[string]string) string {
+// task, as `orchard run --json` does, with pass@k when given (as the
+// summary writes it once attempts are counted), and returns its path.
+func writeRun(t *testing.T, dir, name string, outcomes map[string]string, passAtK map[string]float64) string {
 	t.Helper()
 	start := time.Now().Add(-time.Minute).UTC()
 	var tasks []runner.TaskResult
@@ -32,7 +33,13 @@ func writeRun(t *testing.T, dir, name string, outcomes map[string]string) string
 		start = start.Add(10 * time.Second)
 		tasks = append(tasks, runner.TaskResult{TaskID: id, Outcome: o, Steps: 2, Attempts: 1, Attribution: e.Attribution, Episodes: []runner.EpisodeResult{e}})
 	}
+	var doc map[string]any
 	b, _ := json.Marshal(runner.Summarize(tasks, 50*time.Second))
+	_ = json.Unmarshal(b, &doc)
+	if passAtK != nil {
+		doc["pass_at_k"] = passAtK
+	}
+	b, _ = json.Marshal(doc)
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
@@ -54,8 +61,8 @@ func TestDashboardRunsInChromium(t *testing.T) {
 	want(t, call(t, srv, "POST", "/episodes/"+ep+"/step", map[string]any{"action": map[string]any{"type": "click", "x": 390, "y": 95}}), 200)
 
 	dir := t.TempDir()
-	base := writeRun(t, dir, "monday.json", map[string]string{"a": "success", "b": "success", "c": "env_error", "d": "failure"})
-	run := writeRun(t, dir, "tuesday.json", map[string]string{"a": "success", "b": "failure", "c": "success", "d": "success"})
+	base := writeRun(t, dir, "monday.json", map[string]string{"a": "success", "b": "success", "c": "env_error", "d": "failure"}, nil)
+	run := writeRun(t, dir, "tuesday.json", map[string]string{"a": "success", "b": "failure", "c": "success", "d": "success"}, map[string]float64{"pass@1": 0.75, "pass@3": 1})
 
 	ctx, requests := pagetest.Open(t, srv.URL+"/ui", 1200, 1000)
 	wait := func(what, cond string) {
@@ -126,11 +133,14 @@ func TestDashboardRunsInChromium(t *testing.T) {
 		Rate     string
 		Latency  int
 		PerMin   int
+		PassAtK  map[string]string
 	}
 	eval(`(() => ({Outcomes: Object.fromEntries([...document.querySelectorAll('#run-outcomes g')].map(g => [g.dataset.label, g.dataset.value])),
 	  Rate: document.querySelector('[data-rate]').dataset.rate, Latency: document.querySelectorAll('#run-latency g').length,
-	  PerMin: document.querySelectorAll('#run-per-minute g').length}))()`, &charts)
-	if charts.Outcomes["success"] != "3" || charts.Outcomes["failure"] != "1" || charts.Outcomes["env_error"] != "0" || charts.Rate != "75.0%" || charts.Latency != 4 || charts.PerMin != 12 {
+	  PerMin: document.querySelectorAll('#run-per-minute g').length,
+	  PassAtK: Object.fromEntries([...document.querySelectorAll('#run-pass-at-k g')].map(g => [g.dataset.label, g.dataset.value]))}))()`, &charts)
+	if charts.Outcomes["success"] != "3" || charts.Outcomes["failure"] != "1" || charts.Outcomes["env_error"] != "0" || charts.Rate != "75.0%" || charts.Latency != 4 || charts.PerMin != 12 ||
+		charts.PassAtK["pass@1"] != "0.75" || charts.PassAtK["pass@3"] != "1.00" {
 		t.Errorf("run charts: %+v", charts)
 	}
 	// Compared with the day before: b regressed, c left env_error, d improved.

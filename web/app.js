@@ -196,7 +196,7 @@ async function refreshLatest() {
     if (!last) { $('#latest-status').textContent = 'no step yet'; return; }
     // The screenshot the last action was chosen from; the last step's
     // own when it is the first.
-    const shot = [...steps].reverse().find((st) => st.screenshot && (st.n < last.n || last.n === 0));
+    let shot = [...steps].reverse().find((st) => st.screenshot && (st.n < last.n || last.n === 0));
     const key = `${ep.recording_id}/${last.n}`;
     if (!shot || state.latest !== l || l.shown === key) return;
     const blob = await (await api(`/recordings/${encodeURIComponent(ep.recording_id)}/steps/${shot.n}/screenshot`)).blob();
@@ -207,6 +207,11 @@ async function refreshLatest() {
     const img = $('#latest img');
     img.src = l.url;
     img.dataset.step = String(shot.n);
+    // A step without width and height: the image's own size.
+    if (!shot.width || !shot.height) {
+      try { await img.decode(); } catch (_) { /* drawn without a size: nothing */ }
+      shot = { ...shot, width: img.naturalWidth, height: img.naturalHeight };
+    }
     drawAction($('#latest svg'), shot, last.n > shot.n ? last : null);
     const err = last.error ? ` — error ${last.error.code} (${last.error.category}, ${last.error.source})` : '';
     $('#latest-status').textContent = `step ${last.n}${last.step_ms ? ` (${Math.round(last.step_ms)} ms)` : ''}${err}; ${ep.status}`;

@@ -26,17 +26,18 @@ function wilson(s, n, z = 1.96) {
 
 const pct = (f) => `${(100 * f).toFixed(1)}%`;
 
-// barChart draws labelled horizontal bars scaled to the largest value;
+// barChart draws labelled horizontal bars scaled to the largest value
+// (labels get 250 units: causes read "env_error unavailable/site.http_503");
 // each bar's label and value are data attributes, so tests read them back.
 function barChart(items, fmt = String) {
   const top = Math.max(0, ...items.map((i) => i.value));
-  const s = svg('svg', { class: 'chart', viewBox: `0 0 440 ${22 * items.length + 4}`, role: 'img' });
+  const s = svg('svg', { class: 'chart', viewBox: `0 0 520 ${22 * items.length + 4}`, role: 'img' });
   items.forEach((it, i) => {
     const w = top > 0 ? (200 * it.value) / top : 0;
     s.append(svg('g', { 'data-label': it.label, 'data-value': fmt(it.value) },
       svg('text', { x: 0, y: 22 * i + 15 }, it.label),
-      svg('rect', { class: `bar ${it.cls || ''}`, x: 170, y: 22 * i + 3, width: w.toFixed(2), height: 16 }),
-      svg('text', { class: 'v', x: 175 + w, y: 22 * i + 15 }, fmt(it.value))));
+      svg('rect', { class: `bar ${it.cls || ''}`, x: 250, y: 22 * i + 3, width: w.toFixed(2), height: 16 }),
+      svg('text', { class: 'v', x: 255 + w, y: 22 * i + 15 }, fmt(it.value))));
   });
   return s;
 }
