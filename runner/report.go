@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	_ "embed" // the report's template
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -117,16 +119,7 @@ func renderReport(w io.Writer, title string, s Summary, v reportView) error {
 	p.RateX, p.LoX, p.HiX = 100*s.SuccessRate, 100*lo, 100*hi
 	p.Outcomes = bars([]string{OutcomeSuccess, OutcomeFailure, OutcomeEnvError, OutcomeError, OutcomeCanceled},
 		[]float64{float64(s.Success), float64(s.Failure), float64(s.EnvError), float64(s.Error), float64(s.Canceled)}, "%.0f")
-	var fl []string
-	var fv []float64
-	for _, g := range []struct {
-		kind string
-		list []FaultCount
-	}{{OutcomeEnvError, s.EnvErrors}, {OutcomeError, s.Errors}} {
-		for _, c := range g.list {
-			fl, fv = append(fl, fmt.Sprintf("%s %s/%s", g.kind, c.Source, c.Code)), append(fv, float64(c.Count))
-		}
-	}
+	fl, fv := causeCounts(s)
 	p.Faults = bars(fl, fv, "%.0f")
 	p.Latency, p.LatencyNote = latencyBars(s)
 	p.PerMinute = perMinuteBars(s)
@@ -240,4 +233,33 @@ func perMinuteBars(s Summary) []bar {
 		labels[i] = "+" + (time.Duration(i) * span).Round(time.Second).String()
 	}
 	return bars(labels, counts, "%.1f/min")
+}
+
+// causeCounts counts the episodes that ended env_error or error by their
+// attribution's category and code, most frequent first, as the dashboard
+// does: "env_error unavailable/site.http_503".
+func causeCounts(s Summary) ([]string, []float64) {
+	m := map[string]int{}
+	for _, t := range s.Tasks {
+		for _, e := range t.Episodes {
+			if e.Outcome != OutcomeEnvError && e.Outcome != OutcomeError {
+				continue
+			}
+			cat, code := "?", "?"
+			if a := e.Attribution; a != nil {
+				cat, code = string(a.Category), a.Code
+			}
+			m[e.Outcome+" "+cat+"/"+code]++
+		}
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
+	vals := make([]float64, len(keys))
+	for i, k := range keys {
+		vals[i] = float64(m[k])
+	}
+	return keys, vals
 }

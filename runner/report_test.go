@@ -111,7 +111,7 @@ func TestReportInChromium(t *testing.T) {
 	if got.Rate != "60.0%" || !strings.Contains(got.CI, "23.1% – 88.2%") {
 		t.Errorf("rate %q, interval text %q", got.Rate, got.CI)
 	}
-	if got.Faults["env_error site/site.http_503"] != "1" || got.Faults["error client/policy.unreachable"] != "1" {
+	if got.Faults["env_error unavailable/site.http_503"] != "1" || got.Faults["error unavailable/policy.unreachable"] != "1" {
 		t.Errorf("causes %v", got.Faults)
 	}
 	if got.Latency != 10 || got.PerMinute != 12 || got.Tasks != 5 {
