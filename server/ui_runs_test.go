@@ -1,53 +1,80 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/orchard/orchard/faults"
+	"github.com/orchard/orchard/client"
 	"github.com/orchard/orchard/internal/testing/docimg"
 	"github.com/orchard/orchard/internal/testing/pagetest"
 	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/runner"
 )
 
-// writeRun writes the summary of a run with the given final outcome per
-// task, as `orchard run --json` does, with pass@k when given (as the
-// summary writes it once attempts are counted), and returns its path.
-func writeRun(t *testing.T, dir, name string, outcomes map[string]string, passAtK map[string]float64) string {
+// shopRun runs the shop suite with a scripted policy, as `orchard run
+// shop --policy scripted` does: search-lamp answers wrong (failure), the
+// other two succeed. It writes the summary where --json would, with
+// pass@k added as the summary writes it once attempts are counted, and
+// a baseline from the day before in which search-lamp succeeded,
+// search-dom ended env_error and search-url failed.
+func shopRun(t *testing.T, srv *testserver.Server, dir string) (run, base string) {
 	t.Helper()
-	start := time.Now().Add(-time.Minute).UTC()
-	var tasks []runner.TaskResult
-	for _, id := range []string{"a", "b", "c", "d"} {
-		o := outcomes[id]
-		e := runner.EpisodeResult{TaskID: id, Outcome: o, Steps: 2, StepMS: []float64{100, 300}, StartedAt: start, DurationMS: 2000}
-		if o == runner.OutcomeEnvError {
-			e.Attribution = &runner.Attribution{Info: faults.Info{Category: faults.Unavailable, Source: faults.Site, Code: "site.http_503"}, Step: 1}
-		}
-		start = start.Add(10 * time.Second)
-		tasks = append(tasks, runner.TaskResult{TaskID: id, Outcome: o, Steps: 2, Attempts: 1, Attribution: e.Attribution, Episodes: []runner.EpisodeResult{e}})
-	}
-	var doc map[string]any
-	b, _ := json.Marshal(runner.Summarize(tasks, 50*time.Second))
-	_ = json.Unmarshal(b, &doc)
-	if passAtK != nil {
-		doc["pass_at_k"] = passAtK
-	}
-	b, _ = json.Marshal(doc)
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := client.New(srv.URL, srv.APIKey)
+	ts, err := c.SuiteTasks(ctx, "shop")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	var search []json.RawMessage
+	for _, a := range searchSteps {
+		search = append(search, mustJSON(a))
+	}
+	scripts := map[string][]json.RawMessage{
+		"search-lamp": append(slices.Clone(search), json.RawMessage(`{"type":"answer","text":"5"}`)),
+		"search-dom":  search, "search-url": search,
+	}
+	s, err := runner.Run(ctx, runner.Config{Client: c, Tasks: ts, Concurrency: 2, Record: true,
+		Policy: runner.Scripted(func(id string) ([]json.RawMessage, bool) { a, ok := scripts[id]; return a, ok })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Success != 2 || s.Failure != 1 {
+		t.Fatalf("the shop run: %d success, %d failure, want 2 and 1", s.Success, s.Failure)
+	}
+	write := func(name string, edit func(doc map[string]any)) string {
+		var doc map[string]any
+		b, _ := json.Marshal(s)
+		_ = json.Unmarshal(b, &doc)
+		edit(doc)
+		b, _ = json.Marshal(doc)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	run = write("tuesday.json", func(doc map[string]any) { doc["pass_at_k"] = map[string]float64{"pass@1": 0.67, "pass@3": 1} })
+	base = write("monday.json", func(doc map[string]any) {
+		was := map[string]string{"search-lamp": "success", "search-dom": "env_error", "search-url": "failure"}
+		for _, t := range doc["tasks"].([]any) {
+			t := t.(map[string]any)
+			t["outcome"] = was[t["task_id"].(string)]
+		}
+	})
+	return run, base
 }
 
-// The dashboard in Chromium with a running episode and two run summaries:
+// The dashboard in Chromium with a running episode and two run summaries,
+// one of a run the test made:
 // the episode's row offers its latest step (the screenshot with the click
 // drawn at the action's pixels) and its sandbox's live view; the run's
 // charts show its counts; the comparison marks the task that regressed;
@@ -60,9 +87,7 @@ func TestDashboardRunsInChromium(t *testing.T) {
 	ep := e.body["episode_id"].(string)
 	want(t, call(t, srv, "POST", "/episodes/"+ep+"/step", map[string]any{"action": map[string]any{"type": "click", "x": 390, "y": 95}}), 200)
 
-	dir := t.TempDir()
-	base := writeRun(t, dir, "monday.json", map[string]string{"a": "success", "b": "success", "c": "env_error", "d": "failure"}, nil)
-	run := writeRun(t, dir, "tuesday.json", map[string]string{"a": "success", "b": "failure", "c": "success", "d": "success"}, map[string]float64{"pass@1": 0.75, "pass@3": 1})
+	run, base := shopRun(t, srv, t.TempDir())
 
 	ctx, requests := pagetest.Open(t, srv.URL+"/ui", 1200, 1000)
 	wait := func(what, cond string) {
@@ -139,18 +164,19 @@ func TestDashboardRunsInChromium(t *testing.T) {
 	  Rate: document.querySelector('[data-rate]').dataset.rate, Latency: document.querySelectorAll('#run-latency g').length,
 	  PerMin: document.querySelectorAll('#run-per-minute g').length,
 	  PassAtK: Object.fromEntries([...document.querySelectorAll('#run-pass-at-k g')].map(g => [g.dataset.label, g.dataset.value]))}))()`, &charts)
-	if charts.Outcomes["success"] != "3" || charts.Outcomes["failure"] != "1" || charts.Outcomes["env_error"] != "0" || charts.Rate != "75.0%" || charts.Latency != 4 || charts.PerMin != 12 ||
-		charts.PassAtK["pass@1"] != "0.75" || charts.PassAtK["pass@3"] != "1.00" {
+	if charts.Outcomes["success"] != "2" || charts.Outcomes["failure"] != "1" || charts.Outcomes["env_error"] != "0" || charts.Rate != "66.7%" || charts.Latency != 4 || charts.PerMin != 12 ||
+		charts.PassAtK["pass@1"] != "0.67" || charts.PassAtK["pass@3"] != "1.00" {
 		t.Errorf("run charts: %+v", charts)
 	}
-	// Compared with the day before: b regressed, c left env_error, d improved.
+	// Compared with the day before: search-lamp regressed, search-dom left
+	// env_error, search-url improved.
 	if err := chromedp.Do(ctx, chromedp.SetUploadFiles("#run-base", []string{base})); err != nil {
 		t.Fatal(err)
 	}
-	wait("the comparison", `document.querySelector('#run-compare tr[data-task="b"]')`)
+	wait("the comparison", `document.querySelector('#run-compare tr[data-task="search-lamp"]')`)
 	var changes map[string]string
 	eval(`Object.fromEntries([...document.querySelectorAll('#run-compare tr[data-task]')].map(r => [r.dataset.task, r.dataset.change]))`, &changes)
-	if changes["a"] != "same" || changes["b"] != "regressed" || changes["c"] != "env_error" || changes["d"] != "improved" {
+	if len(changes) != 3 || changes["search-lamp"] != "regressed" || changes["search-dom"] != "env_error" || changes["search-url"] != "improved" {
 		t.Errorf("comparison: %v", changes)
 	}
 	if shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil { // quality 100: PNG
