@@ -3,6 +3,7 @@ package recordings
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	_ "embed" // the replay page's template
 	"encoding/base64"
 	"encoding/json"
@@ -44,6 +45,8 @@ type htmlStep struct {
 }
 
 type htmlPage struct {
+	CSP        string
+	Script     template.JS
 	M          Manifest
 	Reward     string
 	Duration   string
@@ -99,6 +102,21 @@ func evaluationOf(raw json.RawMessage) *htmlEvaluation {
 //go:embed replay.html.tmpl
 var htmlTemplateText string
 
+// replayScript is the page's one script (thumbnails, arrow keys).
+//
+//go:embed replay.js
+var replayScript string
+
+// replayCSP keeps the replay to itself wherever it is opened: no request
+// of any kind (images are data: URLs), and no script but its own, named by
+// its hash, so text from a recorded page can never run even if it got
+// past the escaping.
+var replayCSP = func() string {
+	sum := sha256.Sum256([]byte(replayScript))
+	return "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-" +
+		base64.StdEncoding.EncodeToString(sum[:]) + "'; base-uri 'none'; form-action 'none'"
+}()
+
 var htmlTemplate = template.Must(template.New("recording").Parse(htmlTemplateText))
 
 // exportHTML renders one self-contained page. An action's x, y are
@@ -106,7 +124,7 @@ var htmlTemplate = template.Must(template.New("recording").Parse(htmlTemplateTex
 // previous step's screenshot, so the marker for step n+1's action is drawn
 // over step n's screenshot, labelled with step n+1.
 func (r *Recording) exportHTML(ctx context.Context, w io.Writer) error {
-	page := htmlPage{M: r.m, Reward: "—", Evaluation: evaluationOf(r.m.Evaluation)}
+	page := htmlPage{CSP: replayCSP, Script: template.JS(replayScript), M: r.m, Reward: "—", Evaluation: evaluationOf(r.m.Evaluation)}
 	if r.m.Reward != nil {
 		page.Reward = strconv.FormatFloat(*r.m.Reward, 'g', -1, 64)
 	}

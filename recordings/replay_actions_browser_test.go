@@ -107,6 +107,7 @@ func TestReplayDrawsActionsInChromium(t *testing.T) {
 		Eval     string   `json:"eval"`
 		Settle   string   `json:"settle"`
 		Thumbs   int      `json:"thumbs"`
+		CSP      string   `json:"csp"`
 		Rect     struct {
 			X, Y, W, H float64
 		} `json:"rect"`
@@ -124,6 +125,7 @@ func TestReplayDrawsActionsInChromium(t *testing.T) {
 	    category: q('#step-6 .step-error .cat').textContent,
 	    eval: q('#evaluation').textContent, settle: q('#step-2 .settle').textContent,
 	    thumbs: document.querySelectorAll('#strip img').length,
+	    csp: q('meta[http-equiv="Content-Security-Policy"]').content,
 	    rect: {x: r.left, y: r.top, w: r.width, h: r.height},
 	  };
 	})()`
@@ -155,8 +157,13 @@ func TestReplayDrawsActionsInChromium(t *testing.T) {
 	if !strings.Contains(got.Eval, "answer_match") || !strings.Contains(got.Eval, "$41") || !strings.Contains(got.Eval, "$42") {
 		t.Errorf("evaluation %q", got.Eval)
 	}
+	// The thumbnails are made by the page's script, which its own policy
+	// (no requests, only that script) lets run.
 	if got.Thumbs != 7 {
 		t.Errorf("%d thumbnails, want one per screenshot (7)", got.Thumbs)
+	}
+	if !strings.HasPrefix(got.CSP, "default-src 'none'; img-src data:;") || !strings.Contains(got.CSP, "script-src 'sha256-") {
+		t.Errorf("policy %q", got.CSP)
 	}
 
 	// The click (100, 50) of a 400×200 screenshot: a quarter across and
