@@ -72,8 +72,8 @@ func TestReportInChromium(t *testing.T) {
 	if err := s.WriteReport(&page, "orchard run shop"); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(page.String(), "<script") {
-		t.Error("the report has a script")
+	if strings.Contains(page.String(), "<script") || !strings.Contains(page.String(), `content="default-src 'none'; style-src`) {
+		t.Error("the report has a script, or no policy that forbids scripts and requests")
 	}
 	file := filepath.Join(t.TempDir(), "run.html")
 	if err := os.WriteFile(file, page.Bytes(), 0o644); err != nil {
