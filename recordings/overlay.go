@@ -11,13 +11,13 @@ import (
 // action chosen from it: coordinates are pixels of that screenshot, which
 // the SVG's viewBox maps onto the image however large it is rendered.
 type overlay struct {
-	W, H   int
-	Kind   string      // the action's type
-	Box    *[4]float64 // x, y, w, h: the set-of-marks element or selector target
-	Path   string      // SVG points of a drag
-	Arrow  *[4]float64 // x1, y1, x2, y2: a scroll
-	Text   string      // typed text or keys, shown as a caption
-	StrokW float64     // stroke width in viewBox units, ~2 CSS px at 800 px
+	W, H    int
+	Kind    string      // the action's type
+	Box     *[4]float64 // x, y, w, h: the set-of-marks element or selector target
+	Path    string      // SVG points of a drag
+	Arrow   *[4]float64 // x1, y1, x2, y2: a scroll
+	Text    string      // typed text or keys, shown as a caption
+	StrokeW float64     // stroke width in viewBox units, ~2 CSS px at 800 px
 }
 
 // browserLikeAction holds the fields of browser and desktop actions the
@@ -64,7 +64,7 @@ func overlayOf(prev, next Step, w, h int) *overlay {
 	if len(acts) == 0 || w <= 0 || h <= 0 {
 		return nil
 	}
-	o := &overlay{W: w, H: h, Kind: acts[0].Type, StrokW: float64(w) / 400}
+	o := &overlay{W: w, H: h, Kind: acts[0].Type, StrokeW: float64(w) / 400}
 	var texts []string
 	for i, a := range acts {
 		if o.Box == nil {

@@ -35,7 +35,7 @@ func TestOverlayOf(t *testing.T) {
 			}
 			got := overlayOf(prev, next, 400, 200)
 			if tt.want != nil {
-				tt.want.W, tt.want.H, tt.want.StrokW = 400, 200, 1
+				tt.want.W, tt.want.H, tt.want.StrokeW = 400, 200, 1
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("overlay %+v, want %+v", got, tt.want)

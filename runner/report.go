@@ -42,18 +42,19 @@ type reportView struct {
 		Attribution *Attribution       `json:"attribution"`
 		PassAtK     map[string]float64 `json:"pass_at_k"`
 	} `json:"tasks"`
-	Total, Success, Failure, EnvError, Error, Canceled int                `json:"-"`
-	SuccessRate                                        float64            `json:"success_rate"`
-	Episodes                                           int                `json:"episodes"`
-	Requeued                                           int                `json:"requeued"`
-	EnvErrors                                          []FaultCount       `json:"env_errors"`
-	Errors                                             []FaultCount       `json:"errors"`
-	Steps                                              int                `json:"steps"`
-	StepLatency                                        Latency            `json:"step_latency"`
-	ElapsedS                                           float64            `json:"elapsed_s"`
-	EpisodesPerMinute                                  float64            `json:"episodes_per_minute"`
-	PassAtK                                            map[string]float64 `json:"pass_at_k"`
-	Attempts                                           int                `json:"attempts"`
+	// Outcome counts are copied from Summary (renderReport): the view
+	// needs no second set of their JSON names.
+	Total, Success, Failure, EnvError, Error, Canceled int `json:"-"`
+
+	SuccessRate       float64            `json:"success_rate"`
+	Episodes          int                `json:"episodes"`
+	Requeued          int                `json:"requeued"`
+	Steps             int                `json:"steps"`
+	StepLatency       Latency            `json:"step_latency"`
+	ElapsedS          float64            `json:"elapsed_s"`
+	EpisodesPerMinute float64            `json:"episodes_per_minute"`
+	PassAtK           map[string]float64 `json:"pass_at_k"`
+	Attempts          int                `json:"attempts"`
 }
 
 // bar is one bar of a chart, in the chart's own units (0..100 wide).
@@ -110,7 +111,6 @@ func (s Summary) WriteReport(w io.Writer, title string) error {
 // renderReport draws s, with v its JSON view (which may hold fields
 // Summary does not have yet).
 func renderReport(w io.Writer, title string, s Summary, v reportView) error {
-	// Total ... Canceled are set directly rather than given JSON tags.
 	v.Total, v.Success, v.Failure, v.EnvError, v.Error, v.Canceled = s.Total, s.Success, s.Failure, s.EnvError, s.Error, s.Canceled
 	p := reportPage{Title: title, Generated: time.Now().UTC().Format(time.RFC3339), S: v}
 	p.N = s.Success + s.Failure + s.Error
