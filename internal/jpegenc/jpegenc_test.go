@@ -309,20 +309,28 @@ func FuzzEncode(f *testing.F) {
 // BenchmarkEncode alternates this package's encoder and image/jpeg on the
 // same 1280x800 image and reports each one's median, so that a busy
 // machine slows both alike.
+//
+//	go test -run XXX -bench Encode -benchtime 60x -cpu 1,2 ./internal/jpegenc
 func BenchmarkEncode(b *testing.B) {
-	img := desktop(1280, 800)
-	var ours, ref []time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		Encode(io.Discard, img, 80)
-		t1 := time.Now()
-		jpeg.Encode(io.Discard, img, &jpeg.Options{Quality: 80})
-		ours, ref = append(ours, t1.Sub(t0)), append(ref, time.Since(t1))
+	for _, screen := range []struct {
+		name string
+		img  *image.RGBA
+	}{{"terminal", terminal(1280, 800)}, {"gradient", gradient(1280, 800)}, {"desktop", desktop(1280, 800)}} {
+		b.Run(screen.name, func(b *testing.B) {
+			var ours, ref []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				Encode(io.Discard, screen.img, 80)
+				t1 := time.Now()
+				jpeg.Encode(io.Discard, screen.img, &jpeg.Options{Quality: 80})
+				ours, ref = append(ours, t1.Sub(t0)), append(ref, time.Since(t1))
+			}
+			o, r := median(ours), median(ref)
+			b.ReportMetric(o, "ms-p50")
+			b.ReportMetric(r, "image/jpeg-ms-p50")
+			b.ReportMetric(o/r, "ratio")
+		})
 	}
-	o, r := median(ours), median(ref)
-	b.ReportMetric(o, "ms-p50")
-	b.ReportMetric(r, "image/jpeg-ms-p50")
-	b.ReportMetric(o/r, "ratio")
 }
 
 func median(d []time.Duration) float64 {

@@ -1,6 +1,7 @@
 package jpegenc
 
 import (
+	"encoding/binary"
 	"image"
 	"math/bits"
 )
@@ -8,7 +9,6 @@ import (
 // scratch is one worker's buffers.
 type scratch struct {
 	blk   [6][64]float32 // Y0 Y1 Y2 Y3 Cb Cr of one MCU, level-shifted
-	zz    [64]int32      // a quantised block in zig-zag order
 	xoff  [stripe]int    // byte offsets of the MCU's columns in a row
 	rows  [stripe][]byte // the stripe's rows, the last repeated below the image
 	bw    bitWriter
@@ -26,6 +26,10 @@ func (s *scratch) encodeStripe(b []byte, img *image.RGBA, y0 int, t *tables) []b
 	s.bw = bitWriter{b: b}
 	s.prevs = [3]int32{}
 	for x0 := 0; x0 < w; x0 += stripe {
+		if x0+stripe <= w && s.uniform(x0*4) {
+			s.flat(s.rows[0][x0*4:x0*4+3], t)
+			continue
+		}
 		for dx := range stripe {
 			s.xoff[dx] = min(x0+dx, w-1) * 4
 		}
@@ -37,6 +41,47 @@ func (s *scratch) encodeStripe(b []byte, img *image.RGBA, y0 int, t *tables) []b
 		s.prevs[2] = s.block(&s.blk[5], &t.scale[1], s.prevs[2], &huff[2], &huff[3])
 	}
 	return s.bw.finish()
+}
+
+// uniform reports whether the MCU whose pixels start at byte off of each
+// row is one colour: large parts of a screen are, and their blocks need
+// no DCT.
+func (s *scratch) uniform(off int) bool {
+	p := binary.LittleEndian.Uint32(s.rows[0][off:])
+	pp := uint64(p)<<32 | uint64(p)
+	for _, r := range s.rows {
+		r = r[off : off+4*stripe : off+4*stripe]
+		var d uint64
+		for i := 0; i < 4*stripe; i += 8 {
+			d |= binary.LittleEndian.Uint64(r[i:]) ^ pp
+		}
+		if d != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// flat codes an MCU of the one colour p (R, G, B): each block has only
+// its DC coefficient, the same one block would compute (the DCT of a
+// flat block is exactly its DC term).
+func (s *scratch) flat(p []byte, t *tables) {
+	R, G, B := int32(p[0]), int32(p[1]), int32(p[2])
+	y := (19595*R+38470*G+7471*B+1<<15)>>16 - 128
+	cb := (-11056*4*R-21712*4*G+32768*4*B+257<<17)>>18 - 128
+	cr := (32768*4*R-27440*4*G-5328*4*B+257<<17)>>18 - 128
+	bw := &s.bw
+	dc := func(v int32, scale float32, prev int32, dc, ac *huffCodes) int32 {
+		q := int32(float32(64*v)*scale+16384.5) - 16384
+		bw.value(dc, 0, q-prev)
+		bw.emit(ac[0]>>8, ac[0]&0xff) // EOB
+		return q
+	}
+	for range 4 {
+		s.prevs[0] = dc(y, t.scale[0][0], s.prevs[0], &huff[0], &huff[1])
+	}
+	s.prevs[1] = dc(cb, t.scale[1][0], s.prevs[1], &huff[2], &huff[3])
+	s.prevs[2] = dc(cr, t.scale[1][0], s.prevs[2], &huff[2], &huff[3])
 }
 
 // convert fills the MCU's blocks from the pixels at s.rows and s.xoff:
@@ -76,16 +121,17 @@ func (s *scratch) convert() {
 func (s *scratch) block(d *[64]float32, scale *[64]float32, prev int32, dc, ac *huffCodes) int32 {
 	fdct(d)
 	var mask uint64
+	var zz [64]int32
 	for k, n := range zigzag {
 		// Round half up, as libjpeg's float path does; |v| < 2^14.
 		v := int32(d[n]*scale[n]+16384.5) - 16384
-		s.zz[k] = v
+		zz[k] = v
 		if v != 0 {
 			mask |= 1 << k
 		}
 	}
 	bw := &s.bw
-	bw.value(dc, 0, s.zz[0]-prev)
+	bw.value(dc, 0, zz[0]-prev)
 	last := 0
 	for mask &^= 1; mask != 0; mask &= mask - 1 {
 		k := bits.TrailingZeros64(mask)
@@ -93,13 +139,13 @@ func (s *scratch) block(d *[64]float32, scale *[64]float32, prev int32, dc, ac *
 		for ; run > 15; run -= 16 {
 			bw.emit(ac[0xf0]>>8, ac[0xf0]&0xff) // ZRL: 16 zeros
 		}
-		bw.value(ac, run<<4, s.zz[k])
+		bw.value(ac, run<<4, zz[k])
 		last = k
 	}
 	if last != 63 {
 		bw.emit(ac[0]>>8, ac[0]&0xff) // EOB
 	}
-	return s.zz[0]
+	return zz[0]
 }
 
 // fdct is the AAN forward DCT (libjpeg's jfdctflt): its outputs are the
