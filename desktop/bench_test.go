@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"image/color"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -269,15 +270,20 @@ func BenchmarkScreenshotJPEG(b *testing.B) {
 		{"line-change", func(i int) {
 			y := 90 + 18*(i%38)
 			lr := image.Rect(240, y, 880, y+14)
-			for yy := lr.Min.Y; yy < lr.Max.Y; yy++ {
+			for yy := lr.Min.Y; yy < lr.Max.Y; yy++ { // a white line
 				for x := lr.Min.X; x < lr.Max.X; x++ {
-					v := byte(0xff)
-					if r.IntN(5) == 0 {
-						v = 0x11
-					}
-					o := line.PixOffset(x, yy)
-					line.Pix[o], line.Pix[o+1], line.Pix[o+2], line.Pix[o+3] = v, v, v, 0xff
+					line.SetRGBA(x, yy, color.RGBA{0xff, 0xff, 0xff, 0xff})
 				}
+			}
+			for x := lr.Min.X; x < lr.Max.X-4; { // words of glyph-sized strokes
+				for range 2 + r.IntN(10) {
+					top := y + 2 + r.IntN(4)
+					for yy := top; yy < y+12; yy++ {
+						line.SetRGBA(x, yy, color.RGBA{0x11, 0x11, 0x11, 0xff})
+					}
+					x += 3
+				}
+				x += 8
 			}
 			cv.put(b, line, lr)
 		}},
