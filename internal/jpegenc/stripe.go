@@ -205,14 +205,21 @@ type bitWriter struct {
 func (w *bitWriter) emit(code, size uint32) {
 	w.acc = w.acc<<size | uint64(code)
 	w.n += uint(size)
-	if w.n < 32 {
-		return
+	if w.n >= 32 {
+		w.flush32()
 	}
+}
+
+// flush32 moves the oldest 32 pending bits to b. It stays out of line so
+// that emit inlines.
+//
+//go:noinline
+func (w *bitWriter) flush32() {
 	w.n -= 32
 	v := uint32(w.acc >> w.n)
 	// Has v a 0xFF byte? (The zero-byte test on ^v.)
 	if (^v-0x01010101)&v&0x80808080 == 0 {
-		w.b = append(w.b, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+		w.b = binary.BigEndian.AppendUint32(w.b, v)
 		return
 	}
 	for sh := 24; sh >= 0; sh -= 8 {
