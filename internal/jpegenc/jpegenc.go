@@ -86,7 +86,12 @@ func (e *Encoder) encode(out io.Writer, img *image.RGBA, quality int, keep bool)
 	// the cores too.
 	fresh := len(e.prev) != w*h*4
 	if fresh && keep {
-		e.prev = make([]byte, w*h*4)
+		// Screenshots alternating between two sizes keep one buffer.
+		if cap(e.prev) >= w*h*4 {
+			e.prev = e.prev[:w*h*4]
+		} else {
+			e.prev = make([]byte, w*h*4)
+		}
 	}
 	t := tablesFor(quality)
 	workers := runtime.GOMAXPROCS(0)

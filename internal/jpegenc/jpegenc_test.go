@@ -251,9 +251,22 @@ func TestReuse(t *testing.T) {
 		psnr(t, img, next.Bytes())
 		first = next
 	}
-	// Another quality or size starts over.
-	if err := e.Encode(&bytes.Buffer{}, img, 70); err != nil || e.Reused() != 0 {
-		t.Errorf("new quality: reused %d, err %v", e.Reused(), err)
+	// Another quality or size starts over, and back again too.
+	small := img.SubImage(image.Rect(0, 0, 640, 400)).(*image.RGBA)
+	for _, c := range []struct {
+		img *image.RGBA
+		q   int
+	}{{img, 70}, {small, 70}, {img, 70}, {img, 70}} {
+		var b bytes.Buffer
+		if err := e.Encode(&b, c.img, c.q); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b.Bytes(), encode(t, c.img, c.q)) {
+			t.Errorf("%v q%d: output differs from a fresh encoding", c.img.Rect, c.q)
+		}
+	}
+	if got := e.Reused(); got != 50 {
+		t.Errorf("same frame again: %d stripes reused, want 50", got)
 	}
 }
 
