@@ -14,6 +14,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/orchard/orchard/internal/testing/testenv"
 )
 
 // Screens like the ones agents see: a terminal's text, a photo-like
@@ -275,9 +277,7 @@ func TestReuse(t *testing.T) {
 func TestDjpeg(t *testing.T) {
 	t.Parallel()
 	djpeg, err := exec.LookPath("djpeg")
-	if err != nil {
-		t.Skip("djpeg not installed (apt-get install libjpeg-turbo-progs)")
-	}
+	testenv.Require(t, "djpeg", err == nil, "djpeg not installed (apt-get install libjpeg-turbo-progs)")
 	for _, img := range []*image.RGBA{desktop(1280, 800), terminal(333, 17), gradient(1, 1)} {
 		f := filepath.Join(t.TempDir(), "a.jpg")
 		if err := os.WriteFile(f, encode(t, img, 80), 0o644); err != nil {
