@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"image/color"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +93,18 @@ func waitPage(b *testing.B, s *Session) bool {
 // paint shows img on the whole screen in a window of its own.
 func paint(b *testing.B, s *Session, img *image.RGBA) {
 	b.Helper()
-	w, h := img.Rect.Dx(), img.Rect.Dy()
-	pr := newProbe(b, s, img.Rect, 0)
+	newCanvas(b, s, img.Rect).put(b, img, img.Rect)
+}
+
+// canvas is a window benchmarks draw pixels into.
+type canvas struct {
+	pr *probe
+	gc xproto.Gcontext
+}
+
+func newCanvas(b *testing.B, s *Session, r image.Rectangle) *canvas {
+	b.Helper()
+	pr := newProbe(b, s, r, 0)
 	gc, err := xproto.NewGcontextId(pr.c)
 	if err != nil {
 		b.Fatal(err)
@@ -100,18 +112,27 @@ func paint(b *testing.B, s *Session, img *image.RGBA) {
 	if err := xproto.CreateGCChecked(pr.c, gc, xproto.Drawable(pr.win), 0, nil).Check(); err != nil {
 		b.Fatal(err)
 	}
-	// Requests are limited to 256 KB without BIG-REQUESTS: 50 rows at a time.
-	const rows = 50
-	for y := 0; y < h; y += rows {
-		data := make([]byte, 0, w*rows*4)
-		for yy := y; yy < y+rows; yy++ {
-			for x := range w {
+	return &canvas{pr: pr, gc: gc}
+}
+
+// put draws img's pixels in r (window coordinates) and waits until the
+// server has drawn them.
+func (c *canvas) put(b *testing.B, img *image.RGBA, r image.Rectangle) {
+	b.Helper()
+	w := r.Dx()
+	// Requests are limited to 256 KB without BIG-REQUESTS.
+	rows := max(1, (1<<18-64)/(w*4))
+	for y := r.Min.Y; y < r.Max.Y; y += rows {
+		n := min(rows, r.Max.Y-y)
+		data := make([]byte, 0, w*n*4)
+		for yy := y; yy < y+n; yy++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
 				c := img.RGBAAt(x, yy)
 				data = append(data, c.B, c.G, c.R, 0)
 			}
 		}
-		err := xproto.PutImageChecked(pr.c, xproto.ImageFormatZPixmap, xproto.Drawable(pr.win), gc,
-			uint16(w), rows, 0, int16(y), 0, 24, data).Check()
+		err := xproto.PutImageChecked(c.pr.c, xproto.ImageFormatZPixmap, xproto.Drawable(c.pr.win), c.gc,
+			uint16(w), uint16(n), int16(r.Min.X), int16(y), 0, 24, data).Check()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -216,6 +237,96 @@ func BenchmarkScreenshot(b *testing.B) {
 			b.ReportMetric(float64(size), "bytes/shot")
 		})
 	}
+}
+
+// BenchmarkScreenshotJPEG is the JPEG q80 screenshot path with the
+// striped encoder (the default) against image/jpeg (Options.StdJPEG),
+// alternating the two in each iteration so that a busy machine slows both
+// alike, and reports each one's median. In full-repaint every stripe of
+// the screen changes between frames (a document and its negative in
+// turn); in line-change a line of text is drawn between frames, as an
+// agent's step that prints a line in a terminal.
+//
+//	go test -run XXX -bench ScreenshotJPEG -benchtime 60x -count 3 ./desktop
+func BenchmarkScreenshotJPEG(b *testing.B) {
+	requireX(b)
+	s := benchSession(b)
+	doc := documentImage(1280, 800)
+	neg := image.NewRGBA(doc.Rect)
+	for i, v := range doc.Pix {
+		neg.Pix[i] = ^v | byte(i%4/3*0xff) // alpha stays 255
+	}
+	cv := newCanvas(b, s, doc.Rect)
+	cv.put(b, doc, doc.Rect)
+	r := rand.New(rand.NewPCG(3, 4))
+	line := image.NewRGBA(doc.Rect)
+	for _, tc := range []struct {
+		name   string
+		change func(i int)
+	}{
+		{"full-repaint", func(i int) {
+			cv.put(b, [2]*image.RGBA{neg, doc}[i%2], doc.Rect)
+		}},
+		{"line-change", func(i int) {
+			y := 90 + 18*(i%38)
+			lr := image.Rect(240, y, 880, y+14)
+			for yy := lr.Min.Y; yy < lr.Max.Y; yy++ { // a white line
+				for x := lr.Min.X; x < lr.Max.X; x++ {
+					line.SetRGBA(x, yy, color.RGBA{0xff, 0xff, 0xff, 0xff})
+				}
+			}
+			for x := lr.Min.X; x < lr.Max.X-4; { // words of glyph-sized strokes
+				for range 2 + r.IntN(10) {
+					top := y + 2 + r.IntN(4)
+					for yy := top; yy < y+12; yy++ {
+						line.SetRGBA(x, yy, color.RGBA{0x11, 0x11, 0x11, 0xff})
+					}
+					x += 3
+				}
+				x += 8
+			}
+			cv.put(b, line, lr)
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			o := ShotOptions{Format: FormatJPEG, Quality: 80}
+			var took [2][]time.Duration // striped, image/jpeg
+			var size [2]int
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				tc.change(i)
+				b.StartTimer()
+				for k := range 2 {
+					std := (i+k)%2 == 1
+					s.opts.StdJPEG = std
+					t0 := time.Now()
+					shot, err := s.Screenshot(ctx, o)
+					if err != nil {
+						b.Fatal(err)
+					}
+					j := map[bool]int{false: 0, true: 1}[std]
+					took[j] = append(took[j], time.Since(t0))
+					size[j] = len(shot.Data)
+				}
+				i++
+			}
+			s.opts.StdJPEG = false
+			ours, ref := p50(took[0]), p50(took[1])
+			b.ReportMetric(ours, "ms-p50")
+			b.ReportMetric(ref, "image/jpeg-ms-p50")
+			b.ReportMetric(ours/ref, "ratio")
+			b.ReportMetric(float64(size[0]), "bytes/shot")
+			b.ReportMetric(float64(size[1]), "image/jpeg-bytes/shot")
+		})
+	}
+}
+
+// p50 is the median of d in milliseconds.
+func p50(d []time.Duration) float64 {
+	slices.Sort(d)
+	return float64(d[len(d)/2].Microseconds()) / 1000
 }
 
 // BenchmarkDownscale is the scaling step alone, 1280x800 → 640x400.

@@ -47,6 +47,9 @@ type EpisodeResult struct {
 	RecordingID string       `json:"recording_id,omitempty"`
 	Attribution *Attribution `json:"attribution,omitempty"`
 	DurationMS  float64      `json:"duration_ms"`
+	// StartedAt is when the runner started the episode: with DurationMS it
+	// places the episode's end on the run's timeline (episodes per minute).
+	StartedAt time.Time `json:"started_at"`
 	// StepMS are the round trips of the episode's steps as the runner saw
 	// them (the action, the wait for the page, the observation).
 	StepMS []float64 `json:"-"`

@@ -23,10 +23,12 @@ cd "$(dirname "$0")/.."
 # python3 runs the Python client's suite (sdk/python) against a server;
 # e2fsprogs (mkfs.ext4) formats the filesystems that hold sandboxes'
 # writable layers on disk; shellcheck checks the deploy scripts;
+# libjpeg-turbo-progs (djpeg) decodes the desktop's JPEG encoder's output
+# as a second, strict decoder;
 # python3-pip installs pip harnesses (the harness store's tests install one
 # from a wheel the test builds, without an index); python3-venv makes the
 # fresh virtual environment the Python package is installed into, offline.
-PACKAGES=(git gcc python3 python3-pip python3-venv libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg nodejs e2fsprogs shellcheck)
+PACKAGES=(git gcc python3 python3-pip python3-venv libc6-dev libseccomp-dev iproute2 nftables busybox-static procps ca-certificates curl redis-server chromium chromium-headless-shell fonts-dejavu-core xvfb openbox xterm x11-utils x11-xserver-utils x11vnc xclip ffmpeg libjpeg-turbo-progs nodejs e2fsprogs shellcheck)
 
 need_go() {
   if command -v go >/dev/null 2>&1; then return; fi
