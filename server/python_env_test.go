@@ -15,8 +15,8 @@ import (
 // The Python package as a user gets it: `pip install ./sdk/python` into a
 // fresh venv with no package index, then, from a folder outside the
 // source tree, the README's env loop and the OrchardEnv suite (browser and
-// desktop loops, the batch helper, no sandbox left after SIGTERM) against
-// a real server.
+// desktop loops, the batch helper, no sandbox left after SIGTERM or
+// Ctrl-C) against a real server.
 func TestPythonPackageEnv(t *testing.T) {
 	testenv.RequireChromium(t)
 	py, err := exec.LookPath("python3")

@@ -131,6 +131,36 @@ class EnvTest(unittest.TestCase):
             self.assertEqual(self.c.json("GET", f"/episodes/{ep}")["status"], "aborted")
             self.assertSandboxGone(sb)
 
+    def test_ctrl_c_leaves_no_sandbox(self):
+        # Ctrl-C in a batch: the running episodes are aborted at once; the
+        # policy calls in flight return into aborted episodes and end.
+        script = textwrap.dedent("""
+            import sys, time
+            from orchard import run_batch
+            def policy(obs, info):
+                print(info["episode_id"], info["sandbox_id"], flush=True)
+                time.sleep(2)
+                return {"type": "wait", "ms": 1}
+            try:
+                run_batch(policy, ["envtest/env-hello"] * 2, parallel=2)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+                sys.exit(3)
+        """)
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            ids = [p.stdout.readline().split() for _ in range(2)]
+            p.send_signal(signal.SIGINT)
+            self.assertEqual(p.wait(60), 3)
+            self.assertIn("interrupted", p.stdout.read())
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.stdout.close()
+        for ep, sb in ids:
+            self.assertEqual(self.c.json("GET", f"/episodes/{ep}")["status"], "aborted")
+            self.assertSandboxGone(sb)
+
     def assertSandboxGone(self, sandbox_id):
         deadline = time.monotonic() + 30
         while True:
