@@ -38,7 +38,7 @@ var navigateRetry = api.RetryPolicy{Attempts: 3, InitialMS: 500, MaxMS: 4000}
 // policy; on a desktop, the screen as the task's setup left it.
 func (ep *Episode) FirstStep() Step {
 	st := Step{Observe: ep.Observe, Reset: true}
-	if ep.Task.StartURL != "" && !ep.Desktop() {
+	if ep.Task.StartURL != "" && ep.Browser() {
 		retry := navigateRetry
 		a, _ := json.Marshal(api.BrowserAction{Type: "navigate", URL: ep.Task.StartURL, Retry: &retry})
 		st.Actions = []json.RawMessage{a}
@@ -73,8 +73,19 @@ func (ep *Episode) NextStep(req api.StepRequest) (Step, error) {
 	}
 	for _, a := range list {
 		var v map[string]any
-		if json.Unmarshal(a, &v) == nil && v["type"] == "answer" {
+		if json.Unmarshal(a, &v) != nil {
+			continue
+		}
+		switch {
+		case v["type"] == "answer":
 			st.answer, _ = v["text"].(string)
+			st.answered = true
+		case v["type"] == "submit" && ep.Shell():
+			// A shell policy's "done": the episode ends with the answer
+			// it has, if any.
+			if !st.answered {
+				st.answer = ep.Answer
+			}
 			st.answered = true
 		}
 	}
