@@ -42,7 +42,7 @@ Prints the summary and the paths of the replays.`,
 			if err != nil {
 				return err
 			}
-			o := runOptions{policy: "scripted", concurrency: 2, taskIDs: spread(suite, n), record: true, attempts: 2, requeue: n}
+			o := runOptions{policy: "scripted", concurrency: 2, taskIDs: spread(suite, n), record: true, attempts: 1, requeueTask: 2, requeue: n}
 			s, err := runSummary(ctx, emb.client, sites.SuiteName, o, stderr)
 			if s == nil {
 				return err

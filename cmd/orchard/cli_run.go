@@ -34,6 +34,7 @@ type runOptions struct {
 	taskIDs     []string
 	requeue     int
 	attempts    int
+	requeueTask int
 	maxSteps    int
 	faultsFile  string
 	scriptsFile string
@@ -62,10 +63,15 @@ baseline) or the URL of a policy server, which is POSTed {task,
 observation, step, max_steps, history} before each step and answers
 {"action": {...}}.
 
-Episodes that end env_error (the environment's fault) are run again as new
-episodes, up to --attempts per task and --requeue in all. The command exits
-0 when the run completed, whatever the outcomes; non-zero when something
-stopped it.`,
+--attempts K runs every task K times and scores pass@1 and pass@K with the
+unbiased estimator 1 - C(n-c,k)/C(n,k) (n the task's scored episodes, c
+those that succeeded), per task and over the tasks, in the table and in
+--json ("attempts", "pass_at_k").
+
+Episodes that end env_error (the environment's fault) are not scored: they
+are run again as new episodes, up to --requeue-attempts per attempt and
+--requeue in all. The command exits 0 when the run completed, whatever the
+outcomes; non-zero when something stopped it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -87,7 +93,8 @@ stopped it.`,
 	f.IntVar(&o.limit, "limit", 0, "run only the first N tasks (0: all)")
 	f.StringSliceVar(&o.taskIDs, "tasks", nil, "run only these task ids (comma separated)")
 	f.IntVar(&o.requeue, "requeue", 10, "re-queues of env_error episodes allowed in the whole run")
-	f.IntVar(&o.attempts, "attempts", 3, "episodes per task at most, re-queues included")
+	f.IntVar(&o.attempts, "attempts", 1, "scored episodes per task (K of pass@K)")
+	f.IntVar(&o.requeueTask, "requeue-attempts", 3, "episodes per attempt at most, env_error re-queues included")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "steps per episode at most (0: the task's, or 30)")
 	f.StringVar(&o.faultsFile, "faults", "", "a fault plan (JSON) injected into every episode's sandbox")
 	f.StringVar(&o.scriptsFile, "scripts", "", "scripts of the scripted policy: a JSON object of task id to actions")
@@ -120,6 +127,9 @@ func runSuite(ctx context.Context, c *client.Client, suite string, o runOptions,
 // runSummary loads the suite, runs it and returns the summary: nil when
 // nothing ran.
 func runSummary(ctx context.Context, c *client.Client, suite string, o runOptions, errOut io.Writer) (*runner.Summary, error) {
+	if o.attempts < 1 {
+		return nil, fmt.Errorf("--attempts must be at least 1")
+	}
 	ts, err := loadSuite(ctx, c, suite)
 	if err != nil {
 		return nil, err
@@ -133,7 +143,7 @@ func runSummary(ctx context.Context, c *client.Client, suite string, o runOption
 	}
 	cfg := runner.Config{
 		Client: c, Tasks: ts, Policy: policy, Concurrency: o.concurrency, MaxSteps: o.maxSteps, Record: o.record,
-		Requeue: runner.Requeue{MaxAttempts: o.attempts, Budget: o.requeue},
+		Requeue: runner.Requeue{MaxAttempts: o.requeueTask, Budget: o.requeue}, Samples: o.attempts,
 	}
 	if o.faultsFile != "" {
 		plan, err := os.ReadFile(o.faultsFile)
