@@ -147,11 +147,11 @@ type run struct {
 	progress Progress
 	budget   int // re-queues left
 
-	resMu    sync.Mutex       // guards results, finals, episodes and left
-	results  []TaskResult     // by task
+	resMu    sync.Mutex        // guards results, finals, episodes and left
+	results  []TaskResult      // by task
 	finals   [][]EpisodeResult // by task, by sample: the sample's last episode
-	episodes []int            // by task: episodes started
-	left     []int            // by task: samples not yet final
+	episodes []int             // by task: episodes started
+	left     []int             // by task: samples not yet final
 }
 
 // Run runs every task of cfg and summarizes the results. It returns an
