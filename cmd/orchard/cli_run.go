@@ -23,6 +23,7 @@ import (
 	"github.com/orchard/orchard/runner"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/sites"
+	"github.com/orchard/orchard/swe"
 	"github.com/orchard/orchard/tasks"
 )
 
@@ -54,10 +55,11 @@ outcome, reward, steps and attribution per task; success rate; env_errors
 by source and code; step latency percentiles; episodes per minute.
 
 SUITE is a suite already loaded on the server, a task file (JSONL, JSON or
-YAML, uploaded to the server as the suite named after the file), or
-"bundled", the suite built into Orchard.
+YAML, uploaded to the server as the suite named after the file),
+"bundled", the browser suite built into Orchard, or "swe", the built-in
+software-engineering suite (shell episodes over small repositories).
 
---policy is "scripted" (replays the bundled suite's scripts, or those of
+--policy is "scripted" (replays the bundled suites' scripts, or those of
 --scripts FILE: {"task_id": [action, ...]}), "random" (a seeded random
 baseline) or the URL of a policy server, which is POSTed {task,
 observation, step, max_steps, history} before each step and answers
@@ -182,6 +184,12 @@ func loadSuite(ctx context.Context, c *client.Client, suite string) ([]tasks.Tas
 			b.Write(append(line, '\n'))
 		}
 		name, data = sites.SuiteName+".jsonl", b.Bytes()
+	case suite == swe.SuiteName:
+		b, err := swe.SuiteJSONL()
+		if err != nil {
+			return nil, fmt.Errorf("swe suite: %w", err)
+		}
+		name, data = swe.SuiteName+".jsonl", b
 	case err == nil && st.Mode().IsRegular():
 		if data, err = os.ReadFile(suite); err != nil {
 			return nil, err
@@ -224,11 +232,20 @@ func selectTasks(ts []tasks.Task, ids []string, limit int) ([]tasks.Task, error)
 	return ts, nil
 }
 
+// bundledScript is the reference script of a task of a bundled suite:
+// the sites' or the SWE suite's.
+func bundledScript(id string) ([]json.RawMessage, bool) {
+	if s, ok := sites.Script(id); ok {
+		return s, true
+	}
+	return swe.Script(id)
+}
+
 // policyFactory is the policy --policy names.
 func policyFactory(o runOptions) (runner.Factory, error) {
 	switch p := o.policy; {
 	case p == "scripted":
-		lookup := sites.Script
+		lookup := bundledScript
 		if o.scriptsFile != "" {
 			raw, err := os.ReadFile(o.scriptsFile)
 			if err != nil {
@@ -242,7 +259,7 @@ func policyFactory(o runOptions) (runner.Factory, error) {
 				if s, ok := scripts[id]; ok {
 					return s, true
 				}
-				return sites.Script(id)
+				return bundledScript(id)
 			}
 		}
 		return runner.Scripted(lookup), nil
