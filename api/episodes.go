@@ -52,11 +52,12 @@ type CreateEpisodeRequest struct {
 // StepRequest is the body of POST /episodes/{id}/step: one action, or a
 // list run in order, and optionally other observation settings than the
 // episode's. The actions are the episode's kind's action objects
-// (BrowserAction; DesktopAction in any of its dialects), passed to the
-// sandbox as the policy sent them: the sandbox reads and validates them.
+// (BrowserAction; DesktopAction in any of its dialects; ShellAction),
+// passed to the sandbox as the policy sent them: the sandbox reads and
+// validates them (the server, for a shell episode's).
 type StepRequest struct {
-	Action  json.RawMessage   `json:"action" doc:"one action object of the episode's kind (BrowserAction or DesktopAction)"`
-	Actions []json.RawMessage `json:"actions,omitempty" doc:"action objects of the episode's kind (BrowserAction or DesktopAction), run in order"`
+	Action  json.RawMessage   `json:"action" doc:"one action object of the episode's kind (BrowserAction, DesktopAction or ShellAction)"`
+	Actions []json.RawMessage `json:"actions,omitempty" doc:"action objects of the episode's kind (BrowserAction, DesktopAction or ShellAction), run in order"`
 	Observe *Observe          `json:"observe,omitempty"`
 }
 
@@ -70,7 +71,8 @@ type StepInfo struct {
 }
 
 // StepResult is the answer of POST /episodes/{id}/step. Observation is the
-// browser's or desktop's observation as its daemon gave it.
+// browser's or desktop's observation as its daemon gave it, or a shell
+// episode's ShellObservation.
 type StepResult struct {
 	Observation StepObservation `json:"observation"`
 	Done        bool            `json:"done"`
