@@ -83,6 +83,43 @@ func TestShellEpisode(t *testing.T) {
 		wantCode(t, r, 400, "task.invalid")
 	})
 
+	// The other sources: the host directory as it is (the fix committed,
+	// its .git copied), a tarball of it checked out at the base commit,
+	// and a symbolic link that leads out of the roots.
+	tarball := filepath.Join(root, "repo.tar.gz")
+	if out, err := exec.Command("tar", "-czf", tarball, "-C", repo, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	if err := os.Symlink("/etc", filepath.Join(root, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		repo map[string]any
+		want string
+	}{
+		{"directory", map[string]any{"path": repo}, "1\n2\n"},
+		{"tarball at a commit", map[string]any{"tarball": tarball, "commit": base}, "2\n1\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.repo["dir"] = "/workspace/r"
+			e := call(t, srv, "POST", "/episodes", map[string]any{"task": shellRepoTask("src", map[string]any{"repo": tt.repo})})
+			want(t, e, 200)
+			id := e.body["episode_id"].(string)
+			defer call(t, srv, "DELETE", "/episodes/"+id, nil)
+			r := call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": map[string]any{"type": "exec", "cwd": "/workspace/r",
+				"command": "grep -c 'a - b' m.py; git log --oneline | wc -l"}})
+			want(t, r, 200)
+			if o, _ := r.body["observation"].(map[string]any); o["stdout"] != tt.want {
+				t.Errorf("observation %v, want stdout %q", o, tt.want)
+			}
+		})
+	}
+	t.Run("symlink out of the roots", func(t *testing.T) {
+		r := call(t, srv, "POST", "/episodes", map[string]any{"task": shellRepoTask("link", map[string]any{"repo": map[string]any{"path": filepath.Join(root, "etc")}})})
+		wantCode(t, r, 400, "task.invalid")
+	})
+
 	run := func(t *testing.T, fix bool) (map[string]any, string) {
 		t.Helper()
 		task := shellRepoTask("add", map[string]any{"repo": map[string]any{"path": repo, "commit": base, "dir": "/workspace/r"}})
