@@ -224,7 +224,7 @@ type EpisodeTree struct {
 }
 
 // ShellObservation is the observation of a shell episode's step: how its
-// last action ended. For exec, the command's output, each stream capped
+// last action that ran something (not answer or submit) ended. For exec, the command's output, each stream capped
 // (Stdout/StderrTruncated mark a cut), its exit code (124 after its
 // timeout) and its wall time; for write_file and apply_patch, the same
 // shape (git apply's output and exit code; a file that could not be

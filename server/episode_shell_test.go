@@ -259,3 +259,41 @@ func checkShellRecording(t *testing.T, srv *testserver.Server, id string) {
 		}
 	}
 }
+
+// A shell episode branches like any other: each branch has the files the
+// parent wrote so far, continues from its step, and goes its own way.
+func TestShellEpisodeFork(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	task := map[string]any{"id": "fork", "question": "Write ok to out.", "setup": map[string]any{"sandbox": map[string]any{"kind": "shell", "block_network": true}},
+		"eval": map[string]any{"type": "exec", "command": "cat /workspace/out", "text": "ok"}}
+	e := call(t, srv, "POST", "/episodes", map[string]any{"task": task})
+	want(t, e, 200)
+	id := e.body["episode_id"].(string)
+	want(t, call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": map[string]any{"type": "write_file", "path": "/workspace/seen", "content": "parent"}}), 200)
+	f := call(t, srv, "POST", "/episodes/"+id+"/fork", map[string]any{"count": 2})
+	want(t, f, 200)
+	branches, _ := f.body["branches"].([]any)
+	if len(branches) != 2 {
+		t.Fatalf("fork: %s", f.raw)
+	}
+	for i, b := range branches {
+		b := b.(map[string]any)
+		bid := b["episode_id"].(string)
+		if info, _ := b["info"].(map[string]any); info["step"] != 1.0 {
+			t.Errorf("branch %d info: %v", i, b["info"])
+		}
+		content := []string{"ok", "no"}[i]
+		r := call(t, srv, "POST", "/episodes/"+bid+"/step", map[string]any{"actions": []any{
+			map[string]any{"type": "exec", "command": "cat /workspace/seen; printf " + content + " > /workspace/out"},
+			map[string]any{"type": "submit"}}})
+		want(t, r, 200)
+		if o, _ := r.body["observation"].(map[string]any); o["stdout"] != "parent" || r.body["done"] != true {
+			t.Errorf("branch %d: %s", i, r.raw)
+		}
+		res := call(t, srv, "POST", "/episodes/"+bid+"/finish", nil)
+		if w := []string{"success", "failure"}[i]; res.body["outcome"] != w {
+			t.Errorf("branch %d outcome: %s", i, res.raw)
+		}
+	}
+	call(t, srv, "DELETE", "/episodes/"+id, nil)
+}

@@ -44,7 +44,9 @@ const (
 	repoArchive = "/tmp/.orchard-repo.tar"
 )
 
-// runShellStep runs st's shell actions in order in ep's sandbox. An action
+// runShellStep runs st's shell actions in order in ep's sandbox; the
+// observation is the last one's that ran something (answer and submit
+// do not). An action
 // the policy got wrong (an unknown type, a missing field) stops the step
 // with its classified error; a command that exits non-zero, a patch that
 // does not apply and a file that cannot be written are results, in the
@@ -59,6 +61,11 @@ func (s *Server) runShellStep(ctx context.Context, ep *episodes.Episode, st epis
 			i := ferr.Info()
 			o.Error = &i
 			break
+		}
+		if a.Type == "answer" || a.Type == "submit" {
+			// They end the episode and run nothing: the observation stays
+			// the step's last command's.
+			continue
 		}
 		res, err := s.shellAction(ctx, ep.SandboxID, a)
 		if err != nil {
