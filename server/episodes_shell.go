@@ -232,7 +232,7 @@ func (s *Server) setupRepo(ctx context.Context, id string, r *tasks.Repo) error 
 		return faults.Newf(faults.CodeTaskSetupFailed, faults.Unavailable, faults.Task, "task setup: repo: "+format, a...)
 	}
 	var archive io.Reader
-	var wait func() error
+	var wait func(uploaded bool) error
 	switch {
 	case r.Tarball != "":
 		f, err := os.Open(src)
@@ -243,8 +243,13 @@ func (s *Server) setupRepo(ctx context.Context, id string, r *tasks.Repo) error 
 		archive = f
 	case r.Commit != "":
 		// Only the commit's tree: the host repository's history and other
-		// branches (a fix, perhaps) stay out of the sandbox.
-		cmd := exec.CommandContext(ctx, "git", "-C", src, "archive", "--format=tar", r.Commit)
+		// branches (a fix, perhaps) stay out of the sandbox. The server
+		// reads repositories that others own: git's ownership check is
+		// for repositories whose hooks and config it runs, and archive
+		// runs neither.
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cmd := exec.CommandContext(gctx, "git", "-c", "safe.directory=*", "-C", src, "archive", "--format=tar", "--end-of-options", r.Commit)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -255,7 +260,12 @@ func (s *Server) setupRepo(ctx context.Context, id string, r *tasks.Repo) error 
 			return fail("git archive: %v", err)
 		}
 		archive = out
-		wait = func() error {
+		wait = func(uploaded bool) error {
+			if !uploaded {
+				// The upload stopped reading: git would block on its
+				// output for ever.
+				cancel()
+			}
 			if err := cmd.Wait(); err != nil {
 				return fail("git archive %s: %v: %s", r.Commit, err, strings.TrimSpace(stderr.String()))
 			}
@@ -269,7 +279,7 @@ func (s *Server) setupRepo(ctx context.Context, id string, r *tasks.Repo) error 
 	}
 	_, uerr := s.mgr.UploadFrom(ctx, id, repoArchive, archive, func() string { return "" })
 	if wait != nil {
-		if err := wait(); err != nil {
+		if err := wait(uerr == nil); err != nil && uerr == nil {
 			return err
 		}
 	}
