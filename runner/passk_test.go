@@ -117,7 +117,7 @@ func TestRunPassAtK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Attempts != 4 || s.Episodes != 8 {
+	if s.Attempts != 4 || s.Episodes != 8 || s.Requeued != 0 {
 		t.Fatalf("summary: %s", mustJSON(t, s))
 	}
 	half, never := s.Tasks[0], s.Tasks[1]

@@ -109,7 +109,7 @@ type Summary struct {
 	// when there are none.
 	SuccessRate float64 `json:"success_rate"`
 	// Episodes counts every episode, re-queued ones included; Requeued
-	// counts the re-queues.
+	// counts the re-queues (episodes beyond the first of each attempt).
 	Episodes int `json:"episodes"`
 	Requeued int `json:"requeued"`
 	// EnvErrors counts every env_error episode (re-queued ones included)
@@ -216,8 +216,13 @@ func Summarize(results []TaskResult, elapsed time.Duration) Summary {
 		default:
 			s.Canceled++
 		}
-		if len(t.Episodes) > 1 {
-			s.Requeued += len(t.Episodes) - 1
+		// A re-queue is an episode beyond the first of its sample.
+		samples := map[int]bool{}
+		for _, e := range t.Episodes {
+			samples[max(e.Sample, 1)] = true
+		}
+		if len(t.Episodes) > len(samples) {
+			s.Requeued += len(t.Episodes) - len(samples)
 		}
 		for _, e := range t.Episodes {
 			if e.Outcome == OutcomeCanceled && e.EpisodeID == "" {
