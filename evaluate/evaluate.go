@@ -59,6 +59,9 @@ type Step struct {
 	Action json.RawMessage `json:"action"`
 	URL    string          `json:"url,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Output is how a shell step ended, for a judge to read: its exit
+	// code and the end of its output.
+	Output string `json:"output,omitempty"`
 }
 
 // Trajectory is what the policy did in an episode.
