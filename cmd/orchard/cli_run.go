@@ -46,9 +46,12 @@ type runOptions struct {
 }
 
 func runCmd(conn *connection) *cobra.Command {
-	var o runOptions
+	var (
+		o     runOptions
+		suite string
+	)
 	cmd := &cobra.Command{
-		Use:   "run SUITE",
+		Use:   "run SUITE | --suite SUITE",
 		Short: "Run a task suite's episodes with a policy and summarize the outcomes",
 		Long: `Run every task of SUITE as an episode, several at a time, and print a summary:
 outcome, reward, steps and attribution per task; success rate; env_errors
@@ -57,7 +60,8 @@ by source and code; step latency percentiles; episodes per minute.
 SUITE is a suite already loaded on the server, a task file (JSONL, JSON or
 YAML, uploaded to the server as the suite named after the file),
 "bundled", the browser suite built into Orchard, or "swe", the built-in
-software-engineering suite (shell episodes over small repositories).
+software-engineering suite (shell episodes over small repositories); it is
+given as the argument or as --suite, as orchard demo takes it.
 
 --policy is "scripted" (replays the bundled suites' scripts, or those of
 --scripts FILE: {"task_id": [action, ...]}), "random" (a seeded random
@@ -74,8 +78,16 @@ Episodes that end env_error (the environment's fault) are not scored: they
 are run again as new episodes, up to --requeue-attempts per attempt and
 --requeue in all. The command exits 0 when the run completed, whatever the
 outcomes; non-zero when something stopped it.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 1 && suite != "" && args[0] != suite:
+				return fmt.Errorf("two suites: %q and --suite %q", args[0], suite)
+			case len(args) == 1:
+				suite = args[0]
+			case suite == "":
+				return fmt.Errorf("no suite: give it as the argument or as --suite")
+			}
 			ctx := cmd.Context()
 			c := conn.client()
 			if o.inProcess {
@@ -86,10 +98,11 @@ outcomes; non-zero when something stopped it.`,
 				defer emb.stop(cmd.ErrOrStderr())
 				c = emb.client
 			}
-			return runSuite(ctx, c, args[0], o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runSuite(ctx, c, suite, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&suite, "suite", "", "the suite, instead of the argument")
 	f.StringVar(&o.policy, "policy", "scripted", "scripted, random, or the URL of a policy server")
 	f.IntVar(&o.concurrency, "concurrency", 2, "episodes at once")
 	f.IntVar(&o.limit, "limit", 0, "run only the first N tasks (0: all)")

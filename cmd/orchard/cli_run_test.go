@@ -108,7 +108,7 @@ func TestRunSWEAttempts(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "summary.json")
 	c := &cli{t: t, env: map[string]string{"ORCHARD_AGENT": testenv.AgentBinary(t)}}
-	stdout, stderr, err := c.run("", "run", "swe", "--in-process", "--tasks", "py-clamp,c-gcd", "--attempts", "2", "--json", out)
+	stdout, stderr, err := c.run("", "run", "--suite", "swe", "--in-process", "--tasks", "py-clamp,c-gcd", "--attempts", "2", "--json", out)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr)
 	}
@@ -135,6 +135,12 @@ func TestRunSWEAttempts(t *testing.T) {
 	}
 	if _, _, err := c.run("", "run", "swe", "--in-process", "--attempts", "0"); err == nil || !strings.Contains(err.Error(), "--attempts") {
 		t.Errorf("--attempts 0: %v", err)
+	}
+	if _, _, err := c.run("", "run", "swe", "--suite", "bundled"); err == nil || !strings.Contains(err.Error(), "two suites") {
+		t.Errorf("two suites: %v", err)
+	}
+	if _, _, err := c.run("", "run"); err == nil || !strings.Contains(err.Error(), "no suite") {
+		t.Errorf("no suite: %v", err)
 	}
 }
 
