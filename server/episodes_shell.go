@@ -46,12 +46,12 @@ const (
 
 // runShellStep runs st's shell actions in order in ep's sandbox; the
 // observation is the last one's that ran something (answer and submit
-// do not). An action
-// the policy got wrong (an unknown type, a missing field) stops the step
-// with its classified error; a command that exits non-zero, a patch that
-// does not apply and a file that cannot be written are results, in the
-// observation. The error returned is the environment's (the sandbox's
-// agent did not answer) or the step's context's.
+// do not). An action the policy got wrong (an unknown type, a missing
+// field) stops the step with its classified error; a command that exits
+// non-zero, a patch that does not apply and a file that cannot be
+// written are results, in the observation. The error returned is the
+// environment's (the sandbox's agent did not answer) or the step's
+// context's.
 func (s *Server) runShellStep(ctx context.Context, ep *episodes.Episode, st episodes.Step) (episodes.Outcome, []byte, error) {
 	var o episodes.Outcome
 	obs := api.ShellObservation{}
