@@ -17,7 +17,10 @@ const (
 	StatusPaused        = "paused"
 	StatusUnschedulable = "unschedulable"
 	StatusFailed        = "failed"
-	StatusNotFound      = "not_found"
+	// StatusDeleting: deleted through a replica that cannot reach the
+	// container; the replica that can finishes the delete.
+	StatusDeleting = "deleting"
+	StatusNotFound = "not_found"
 )
 
 // Job statuses.

@@ -75,6 +75,9 @@ const (
 	CodeMisconfigured    = "platform.misconfigured"
 	CodeStoreUnavailable = "platform.store_unavailable"
 	CodeShuttingDown     = "platform.shutting_down"
+	// CodeSandboxElsewhere: the replica asked cannot reach the sandbox's
+	// container (another host or state directory).
+	CodeSandboxElsewhere = "platform.sandbox_elsewhere"
 )
 
 // Files inside a sandbox, continued.

@@ -114,6 +114,8 @@ var registry = []CodeInfo{
 	{CodeMisconfigured, Internal, Platform, false, true, "The server or agent is misconfigured."},
 	{CodeStoreUnavailable, Unavailable, Platform, true, true, "The state store (Redis) is unreachable or failing."},
 	{CodeShuttingDown, Unavailable, Platform, true, true, "The server or runtime is shutting down."},
+	{CodeSandboxElsewhere, Conflict, Platform, true, true, "This replica cannot reach the sandbox's container: another replica, on another host or with another state directory, made it. " +
+		"A delete marks it deleting and the replica that reaches it finishes the delete; other calls may succeed through that replica."},
 	{CodeUploadsBusy, Capacity, Platform, true, true, "The server is receiving as many large uploads as it allows at once and the request waited too long for a turn; " +
 		"retry after the Retry-After delay."},
 	{CodeUnreachable, Unavailable, Platform, true, true, "The server could not be reached, or the connection broke before it answered."},

@@ -356,7 +356,7 @@ func (r *run) maxSteps(t tasks.Task) int {
 // episode runs one episode of task to its end.
 func (r *run) episode(ctx context.Context, task tasks.Task, attempt int) (res EpisodeResult) {
 	start := time.Now()
-	res = EpisodeResult{TaskID: task.ID, Attempt: attempt}
+	res = EpisodeResult{TaskID: task.ID, Attempt: attempt, StartedAt: start.UTC()}
 	c := r.cfg.Client
 	step := 0
 	// end classifies the error that stopped the episode, aborts the

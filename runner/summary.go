@@ -50,6 +50,9 @@ type EpisodeResult struct {
 	RecordingID string       `json:"recording_id,omitempty"`
 	Attribution *Attribution `json:"attribution,omitempty"`
 	DurationMS  float64      `json:"duration_ms"`
+	// StartedAt is when the runner started the episode: with DurationMS it
+	// places the episode's end on the run's timeline (episodes per minute).
+	StartedAt time.Time `json:"started_at"`
 	// StepMS are the round trips of the episode's steps as the runner saw
 	// them (the action, the wait for the page, the observation).
 	StepMS []float64 `json:"-"`
@@ -157,8 +160,8 @@ func PassAtK(n, c, k int) float64 {
 	return 1 - p
 }
 
-// passKeys are the keys of a PassAtK map for k samples.
-func passKeys(k int) (string, string) { return "pass@1", "pass@" + strconv.Itoa(k) }
+// passAtKNames are the keys of a PassAtK map for k samples.
+func passAtKNames(k int) (string, string) { return "pass@1", "pass@" + strconv.Itoa(k) }
 
 // ScorePassAtK sets s.Attempts to k and scores pass@1 and pass@k per
 // task, from each sample's final episode, and over the tasks.
@@ -166,7 +169,7 @@ func (s *Summary) ScorePassAtK(k int) {
 	k = max(k, 1)
 	s.Attempts = k
 	s.PassAtK = map[string]float64{}
-	k1, kk := passKeys(k)
+	k1, kk := passAtKNames(k)
 	var sum1, sumK float64
 	tasks := 0
 	for i := range s.Tasks {
@@ -289,7 +292,7 @@ func Percentile(sorted []float64, p float64) float64 {
 // WriteTable writes the summary as a table of tasks followed by the totals.
 func (s Summary) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	k1, kk := passKeys(max(s.Attempts, 1))
+	k1, kk := passAtKNames(max(s.Attempts, 1))
 	if s.Attempts > 1 {
 		fmt.Fprintf(tw, "TASK\tOUTCOME\tREWARD\tSTEPS\tATTEMPTS\tPASSED\t%s\t%s\tATTRIBUTION\n", strings.ToUpper(k1), strings.ToUpper(kk))
 	} else {
@@ -323,7 +326,7 @@ func (s Summary) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, ", %d canceled", s.Canceled)
 	}
 	fmt.Fprintf(&b, "; success rate %.1f%%\n", 100*s.SuccessRate)
-	if k1, kk := passKeys(max(s.Attempts, 1)); len(s.PassAtK) > 0 {
+	if k1, kk := passAtKNames(max(s.Attempts, 1)); len(s.PassAtK) > 0 {
 		if s.Attempts > 1 {
 			fmt.Fprintf(&b, "%s %.3f, %s %.3f over %d attempts per task (env_error episodes not counted)\n", k1, s.PassAtK[k1], kk, s.PassAtK[kk], s.Attempts)
 		} else {

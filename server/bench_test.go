@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/orchard/orchard/api"
+	"github.com/orchard/orchard/internal/testing/floor"
 	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 	"github.com/orchard/orchard/server/manager"
@@ -203,7 +205,16 @@ func BenchmarkScale(b *testing.B) {
 		mc.MaxConcurrentCreates = v
 	}
 	srv := testserver.Start(b, testserver.Options{Manager: mc})
+	// The floor runs at the concurrency the server creates at.
+	floorConcurrency := mc.MaxConcurrentCreates
+	if floorConcurrency == 0 {
+		floorConcurrency = 4 * runtime.NumCPU() // the server's default
+	}
 	for range b.N {
+		fl, err := floor.Run(b.Context(), n, floorConcurrency, os.TempDir())
+		if err != nil || fl.Err != nil || fl.OK != n {
+			b.Fatalf("floor: %d of %d bare containers ran: %v %v", fl.OK, n, err, fl.Err)
+		}
 		memBefore := usedMemory()
 		var ok atomic.Int64
 		var wg sync.WaitGroup
@@ -247,6 +258,8 @@ func BenchmarkScale(b *testing.B) {
 		}
 		total := time.Since(start)
 		b.ReportMetric(live.Seconds(), "create_exec_s")
+		b.ReportMetric(fl.Elapsed.Seconds(), "floor_s")
+		b.ReportMetric(live.Seconds()/fl.Elapsed.Seconds(), "x_floor")
 		b.ReportMetric(total.Seconds(), "total_s")
 		b.ReportMetric(100*float64(ok.Load())/float64(n), "success_%")
 		b.ReportMetric(memPer/(1<<20), "MiB/sandbox")

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -423,10 +425,30 @@ func (s *Server) runStep(ctx context.Context, ep *episodes.Episode, st episodes.
 	}
 	o.Elapsed = time.Since(start)
 	out, obs := ep.Apply(st, o, time.Now())
+	if e := out.Info.Error; e != nil && e.Code == faults.CodeSiteBlocked {
+		s.reportBlocked(ctx, cmp.Or(obs.URL, ep.LastURL), e.Message)
+	}
 	if ep.RecordingID != "" && s.recs != nil {
 		s.recordStep(ep, st, out.Info, obs, start, raw)
 	}
 	return out
+}
+
+// blockReporter is a site health that counts bot walls.
+type blockReporter interface {
+	ReportBlocked(ctx context.Context, host, evidence string)
+}
+
+// reportBlocked counts a bot wall or CAPTCHA at pageURL in its host's
+// site health, so GET /sitehealth shows which sites refuse the
+// environment.
+func (s *Server) reportBlocked(ctx context.Context, pageURL, evidence string) {
+	r, ok := s.cfg.SiteHealth.(blockReporter)
+	u, err := url.Parse(pageURL)
+	if !ok || err != nil || u.Hostname() == "" {
+		return
+	}
+	r.ReportBlocked(ctx, u.Hostname(), evidence)
 }
 
 // recordStep appends a step to ep's recording; a recording that fails is

@@ -23,6 +23,8 @@ func (s *Server) uiRoutes() []route {
 			public: true, produces: "text/html", handler: uiFile("index.html", "text/html; charset=utf-8")},
 		{method: "GET", path: "/ui/app.js", summary: "The dashboard's script", public: true, produces: "text/javascript",
 			handler: uiFile("app.js", "text/javascript; charset=utf-8")},
+		{method: "GET", path: "/ui/runs.js", summary: "The dashboard's run charts and comparison", public: true, produces: "text/javascript",
+			handler: uiFile("runs.js", "text/javascript; charset=utf-8")},
 		{method: "GET", path: "/ui/app.css", summary: "The dashboard's style sheet", public: true, produces: "text/css",
 			handler: uiFile("app.css", "text/css; charset=utf-8")},
 	}

@@ -23,6 +23,11 @@ type record struct {
 	LastError string    `json:"last_error,omitempty"`
 	Requests  int64     `json:"requests"`
 	Rejected  int64     `json:"rejected"`
+	// Blocked counts pages that were bot walls or CAPTCHA interstitials
+	// (site.blocked), whatever their status; LastBlocked is the last
+	// one's evidence.
+	Blocked     int64  `json:"blocked,omitempty"`
+	LastBlocked string `json:"last_blocked,omitempty"`
 	// Tokens is the rate limiter's bucket as of TokensAt. It goes below
 	// zero when turns are handed out ahead of time to waiting requests.
 	Tokens   float64   `json:"tokens"`

@@ -129,6 +129,13 @@ type HostStatus struct {
 	// breaker or the rate limit. Both reset when the record expires.
 	Requests int64 `json:"requests"`
 	Rejected int64 `json:"rejected"`
+	// Blocked counts the pages of the host that were bot walls or CAPTCHA
+	// interstitials (site.blocked), whatever their HTTP status: the
+	// connection succeeded, so they do not count as failures toward the
+	// breaker, but the site refused the environment. LastBlocked is the
+	// last one's evidence.
+	Blocked     int64  `json:"blocked"`
+	LastBlocked string `json:"last_blocked,omitempty"`
 }
 
 // Tracker decides, per host, whether a request may go out now. It is safe
@@ -239,6 +246,27 @@ func (t *Tracker) Allow(ctx context.Context, host string) (done func(err error),
 	}, nil
 }
 
+// ReportBlocked counts a page of host that was a bot wall or a CAPTCHA
+// interstitial (site.blocked), with its evidence. A backend failure is
+// logged, not returned: losing a count must not fail a step.
+func (t *Tracker) ReportBlocked(ctx context.Context, host, evidence string) {
+	host = strings.ToLower(host)
+	if host == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	err := t.b.Update(ctx, host, t.ttl, func(old []byte) ([]byte, error) {
+		r := t.decode(old, t.cfg.Now())
+		r.Blocked++
+		r.LastBlocked = evidence
+		return json.Marshal(r)
+	})
+	if err != nil {
+		t.warn(ctx, "site health unavailable, block not recorded", host, err)
+	}
+}
+
 // update applies change to host's record; change reports whether it
 // changed anything. It runs after the request's context may have ended,
 // so it has its own short bound; a failure is logged, not returned.
@@ -343,7 +371,7 @@ func (t *Tracker) Status(ctx context.Context) ([]HostStatus, error) {
 	for host, b := range recs {
 		r := t.decode(b, now)
 		s := HostStatus{Host: host, State: r.State, Failures: r.Failures, OpenedAt: r.OpenedAt,
-			LastError: r.LastError, Requests: r.Requests, Rejected: r.Rejected}
+			LastError: r.LastError, Requests: r.Requests, Rejected: r.Rejected, Blocked: r.Blocked, LastBlocked: r.LastBlocked}
 		if r.State == Open {
 			if now.Before(r.Until) {
 				s.Until = r.Until

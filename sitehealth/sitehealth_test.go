@@ -64,8 +64,8 @@ func TestHostStatusJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `[{"host":"a.test","state":"half_open","failures":5,"opened_at":"2026-01-02T03:04:05Z",` +
-		`"until":"2026-01-02T03:04:06Z","last_error":"site.http_503: x","requests":7,"rejected":2},` +
-		`{"host":"b.test","state":"closed","failures":0,"requests":0,"rejected":0}]`
+		`"until":"2026-01-02T03:04:06Z","last_error":"site.http_503: x","requests":7,"rejected":2,"blocked":0},` +
+		`{"host":"b.test","state":"closed","failures":0,"requests":0,"rejected":0,"blocked":0}]`
 	if string(b) != want {
 		t.Fatalf("JSON\n%s\nwant\n%s", b, want)
 	}

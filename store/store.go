@@ -148,6 +148,10 @@ func JobTopic(id string) string { return "job:" + id }
 // runs (a cancel was requested for one of them).
 func ReplicaTopic(id string) string { return "replica:" + id }
 
+// DeletesTopic is published when a sandbox is marked deleting, for the
+// replica that reaches its container to finish the delete.
+const DeletesTopic = "deletes"
+
 // ErrSandboxNotFound builds the Orchard not-found error for id.
 func ErrSandboxNotFound(id string) *faults.Error {
 	return faults.Newf(faults.CodeSandboxNotFound, faults.NotFound, faults.Client, "Sandbox %s not found", id)

@@ -13,6 +13,7 @@ const state = {
   armed: null,      // {id, until}: the delete waiting for its second click
   view: null,       // {id, abort: AbortController, url}
   console: null,    // the sandbox id the exec console runs in
+  latest: null,     // {id, url, shown}: the running episode whose latest step is shown
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -148,11 +149,108 @@ function renderSandboxes(list) {
 }
 
 function renderEpisodes(list) {
-  fill('episodes', list.map((e) => el('tr', null,
-    el('td', { class: 'mono' }, e.episode_id), el('td', null, e.task_id || ''), el('td', { class: 'mono' }, e.sandbox_id || ''),
-    el('td', null, e.kind || ''), el('td', null, e.status || ''), el('td', null, String(e.steps ?? '')),
-    el('td', { class: `outcome-${e.outcome || ''}` }, e.outcome || ''), el('td', null, e.created_at ? since(Date.parse(e.created_at) / 1000) : ''))),
-  8, 'no episodes');
+  fill('episodes', list.map((e) => {
+    const acts = el('td');
+    if (e.status === 'running') {
+      acts.append(el('button', { type: 'button', 'data-latest': e.episode_id, onclick: () => openLatest(e.episode_id) }, 'latest'), ' ');
+      if (e.sandbox_id && (e.kind === 'browser' || e.kind === 'desktop')) {
+        acts.append(el('button', { type: 'button', 'data-live': e.episode_id, onclick: () => openView(e.sandbox_id, e.kind) }, 'live view'));
+      }
+    }
+    return el('tr', { 'data-episode': e.episode_id },
+      el('td', { class: 'mono' }, e.episode_id), el('td', null, e.task_id || ''), el('td', { class: 'mono' }, e.sandbox_id || ''),
+      el('td', null, e.kind || ''), el('td', null, e.status || ''), el('td', { class: 'steps' }, String(e.steps ?? '')),
+      el('td', { class: `outcome-${e.outcome || ''}` }, e.outcome || ''), el('td', null, e.created_at ? since(Date.parse(e.created_at) / 1000) : ''), acts);
+  }), 9, 'no episodes');
+}
+
+// The latest step of a running episode, refreshed with the tables: the
+// screenshot its last action was chosen from, with that action drawn (an
+// action's coordinates are pixels of the previous step's screenshot).
+function openLatest(id) {
+  closeLatest();
+  state.latest = { id, url: '', shown: '' };
+  $('#latest').hidden = false;
+  $('#latest-id').textContent = id;
+  $('#latest-status').textContent = 'loading…';
+  refreshLatest();
+}
+
+function closeLatest() {
+  if (state.latest && state.latest.url) URL.revokeObjectURL(state.latest.url);
+  state.latest = null;
+  $('#latest').hidden = true;
+  $('#latest img').removeAttribute('src');
+  $('#latest svg').replaceChildren();
+}
+
+async function refreshLatest() {
+  const l = state.latest;
+  if (!l) return;
+  try {
+    const ep = await getJSON(`/episodes/${encodeURIComponent(l.id)}`);
+    if (!ep.recording_id) { $('#latest-status').textContent = 'the episode is not recorded'; return; }
+    const rec = await getJSON(`/recordings/${encodeURIComponent(ep.recording_id)}`);
+    const steps = rec.steps || [];
+    const last = steps[steps.length - 1];
+    if (!last) { $('#latest-status').textContent = 'no step yet'; return; }
+    // The screenshot the last action was chosen from; the last step's
+    // own when it is the first.
+    let shot = [...steps].reverse().find((st) => st.screenshot && (st.n < last.n || last.n === 0));
+    const key = `${ep.recording_id}/${last.n}`;
+    if (!shot || state.latest !== l || l.shown === key) return;
+    const blob = await (await api(`/recordings/${encodeURIComponent(ep.recording_id)}/steps/${shot.n}/screenshot`)).blob();
+    if (state.latest !== l) return;
+    if (l.url) URL.revokeObjectURL(l.url);
+    l.url = URL.createObjectURL(blob);
+    l.shown = key;
+    const img = $('#latest img');
+    img.src = l.url;
+    img.dataset.step = String(shot.n);
+    // A step without width and height: the image's own size.
+    if (!shot.width || !shot.height) {
+      try { await img.decode(); } catch (_) { /* drawn without a size: nothing */ }
+      shot = { ...shot, width: img.naturalWidth, height: img.naturalHeight };
+    }
+    drawAction($('#latest svg'), shot, last.n > shot.n ? last : null);
+    const err = last.error ? ` — error ${last.error.code} (${last.error.category}, ${last.error.source})` : '';
+    $('#latest-status').textContent = `step ${last.n}${last.step_ms ? ` (${Math.round(last.step_ms)} ms)` : ''}${err}; ${ep.status}`;
+  } catch (e) {
+    $('#latest-status').textContent = e.message;
+  }
+}
+
+// drawAction draws next's action over shot's screenshot in an SVG whose
+// viewBox is the screenshot's pixels.
+function drawAction(svgEl, shot, next) {
+  svgEl.replaceChildren();
+  const w = shot.width || 0;
+  const h = shot.height || 0;
+  if (!next || !w || !h) { svgEl.removeAttribute('data-kind'); return; }
+  svgEl.setAttribute('viewBox', `0 0 ${w} ${h}`);
+  svgEl.setAttribute('preserveAspectRatio', 'none');
+  const ns = 'http://www.w3.org/2000/svg';
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+    if (text) e.textContent = text;
+    svgEl.append(e);
+  };
+  const acts = Array.isArray(next.action) ? next.action : [next.action || {}];
+  const sw = w / 300;
+  svgEl.dataset.kind = acts[0].type || '';
+  const elements = ((shot.result || {}).observation || {}).elements || [];
+  acts.forEach((a) => {
+    if (typeof a.x === 'number' && typeof a.y === 'number') {
+      add('circle', { class: 'click', cx: a.x, cy: a.y, r: w / 80, 'stroke-width': sw });
+      if (a.type === 'scroll' && (a.dx || a.dy)) add('line', { class: 'scroll', x1: a.x, y1: a.y, x2: a.x + (a.dx || 0), y2: a.y + (a.dy || 0), 'stroke-width': sw });
+    }
+    const box = (elements.find((e) => e.id === a.element) || {}).bbox;
+    if (box) add('rect', { class: 'box', x: box[0], y: box[1], width: box[2], height: box[3], 'stroke-width': sw });
+    if (Array.isArray(a.path) && a.path.length > 1) add('polyline', { class: 'drag', points: a.path.map((p) => p.join(',')).join(' '), 'stroke-width': sw });
+    const caption = a.text ? `${a.type} "${a.text}"` : a.keys ? `key ${a.keys}` : '';
+    if (caption) add('text', { class: 'typed', x: w / 100, y: h - h / 50, 'font-size': w / 40 }, caption);
+  });
 }
 
 function renderSiteHealth(hosts) {
@@ -211,6 +309,7 @@ async function refresh() {
     renderEpisodes(eps);
     renderSiteHealth(sites);
     renderRecordings(recs);
+    refreshLatest();
     $('#updated').textContent = `updated ${new Date().toLocaleTimeString()}`;
     showError('');
   } catch (e) {
@@ -361,6 +460,7 @@ function forget() {
   state.key = '';
   sessionStorage.removeItem(keyName);
   closeView();
+  closeLatest();
   clearTimeout(state.timer);
   $('#main').hidden = true;
   $('#logout').hidden = true;
@@ -387,6 +487,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#logout').addEventListener('click', () => { forget(); showError(''); });
   $('#viewer-close').addEventListener('click', closeView);
   $('#console-close').addEventListener('click', closeConsole);
+  $('#latest-close').addEventListener('click', closeLatest);
   $('#console-form').addEventListener('submit', runConsole);
   $('#filter').addEventListener('change', refresh);
   $('#filter').addEventListener('submit', (ev) => { ev.preventDefault(); refresh(); });

@@ -5,7 +5,7 @@ package web
 
 import "embed"
 
-// Files holds index.html, app.js and app.css.
+// Files holds index.html, its scripts app.js and runs.js, and app.css.
 //
-//go:embed index.html app.js app.css
+//go:embed index.html app.js runs.js app.css
 var Files embed.FS

@@ -113,7 +113,7 @@ outcomes; non-zero when something stopped it.`,
 	f.IntVar(&o.maxSteps, "max-steps", 0, "steps per episode at most (0: the task's, or 30)")
 	f.StringVar(&o.faultsFile, "faults", "", "a fault plan (JSON) injected into every episode's sandbox")
 	f.StringVar(&o.scriptsFile, "scripts", "", "scripts of the scripted policy: a JSON object of task id to actions")
-	f.StringVar(&o.jsonOut, "json", "", "also write the summary as JSON to this file")
+	f.StringVar(&o.jsonOut, "json", "", "also write the summary as JSON to this file, and as an HTML report beside it (FILE.html)")
 	f.Int64Var(&o.seed, "seed", 1, "seed of the random policy")
 	f.BoolVar(&o.record, "record", false, "record every episode on the server")
 	f.BoolVar(&o.inProcess, "in-process", false, "start an embedded server for the run (local runtime, memory store, temporary state; needs root)")
@@ -135,8 +135,30 @@ func runSuite(ctx context.Context, c *client.Client, suite string, o runOptions,
 		if werr := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); werr != nil && err == nil {
 			err = fmt.Errorf("write summary: %w", werr)
 		}
+		if werr := writeReport(reportPath(o.jsonOut), "orchard run "+suite, s); werr != nil && err == nil {
+			err = werr
+		}
 	}
 	return err
+}
+
+// reportPath is the HTML report's file beside the JSON summary:
+// run.json → run.html.
+func reportPath(jsonPath string) string {
+	return strings.TrimSuffix(jsonPath, filepath.Ext(jsonPath)) + ".html"
+}
+
+// writeReport writes the summary as a self-contained HTML page, so a run
+// can be shared as one file.
+func writeReport(path, title string, s *runner.Summary) error {
+	var b bytes.Buffer
+	if err := s.WriteReport(&b, title); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
 }
 
 // runSummary loads the suite, runs it and returns the summary: nil when

@@ -21,7 +21,8 @@ const tinyTask = `{"id":"tiny","question":"What is the secret word?","start_url"
 `
 
 // `orchard run --in-process` starts its own server, uploads the task file,
-// runs it with the scripts given, prints the table and writes the JSON.
+// runs it with the scripts given, prints the table and writes the JSON
+// and the HTML report.
 func TestRunInProcess(t *testing.T) {
 	testenv.RequireChromium(t)
 	dir := t.TempDir()
@@ -49,6 +50,10 @@ func TestRunInProcess(t *testing.T) {
 	b, _ := os.ReadFile(out)
 	if err := json.Unmarshal(b, &s); err != nil || s.Success != 1 || len(s.Tasks) != 1 || s.Tasks[0].TaskID != "tiny" {
 		t.Errorf("summary JSON: %v\n%s", err, b)
+	}
+	// The HTML report beside it.
+	if page, err := os.ReadFile(filepath.Join(dir, "summary.html")); err != nil || !strings.Contains(string(page), `data-task="tiny"`) {
+		t.Errorf("report: %v", err)
 	}
 }
 

@@ -141,7 +141,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	}
 	demo := demoCmd(getenv)
 	wrapErrors(demo)
-	root.AddCommand(serveCmd(getenv), versionCmd(), demo, harnessCmd(getenv))
+	root.AddCommand(serveCmd(getenv), versionCmd(), demo, harnessCmd(getenv), cleanupCmd())
 	addClientCommands(root, getenv)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)

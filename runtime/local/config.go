@@ -163,6 +163,7 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: mountFlags},
 		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: mountFlags | unix.MS_RDONLY},
 	}
+	mounts = append(mounts, cgroupMounts(l.cgroups, l.cgroupPath(spec.ID))...)
 	var hidden []string
 	if img.host {
 		var hostMounts []*configs.Mount
@@ -239,7 +240,7 @@ func (l *Local) containerConfig(spec runtime.Spec, img *image, rootfs string) *c
 		Devices:       specconv.AllowedDevices,
 		Mounts:        mounts,
 		MaskPaths:     append(slices.Clone(maskedPaths), hidden...),
-		ReadonlyPaths: readonlyPaths,
+		ReadonlyPaths: append(slices.Clone(readonlyPaths), cgroupFS),
 		Rlimits: []configs.Rlimit{
 			{Type: unix.RLIMIT_NOFILE, Hard: l.nofile, Soft: l.nofile},
 		},

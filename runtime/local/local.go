@@ -206,6 +206,7 @@ type Local struct {
 	images    *imageStore
 	hostMasks masks
 	swap      bool // memory+swap can be limited (no swap escape)
+	cgroups   []cgroupHierarchy
 	// protectAgent: the agent's oom_score_adj can be lowered (needs
 	// CAP_SYS_RESOURCE, which some hosts' root lacks).
 	protectAgent bool
@@ -268,6 +269,7 @@ func New(cfg Config) (*Local, error) {
 		boxRoot:   filepath.Join(cfg.StateDir, "sandboxes"),
 		sandboxes: map[string]*sandbox{},
 		swap:      swapAccounting(),
+		cgroups:   cgroupHierarchies(),
 
 		protectAgent: canLowerOOMScore(),
 		fullNet:      &fullNet{},

@@ -23,6 +23,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	cancels := make(chan struct{})
 	go func() { defer close(cancels); m.serveCancels(ctx) }()
 	defer func() { <-cancels }()
+	if _, ok := m.rt.(reacher); ok {
+		deletes := make(chan struct{})
+		go func() { defer close(deletes); m.finishDeletesLoop(ctx) }()
+		defer func() { <-deletes }()
+	}
+	if r, ok := m.rt.(orphanReaper); ok {
+		orphans := make(chan struct{})
+		go func() { defer close(orphans); m.reapOrphansLoop(ctx, r) }()
+		defer func() { <-orphans }()
+	}
 	e, ok := m.st.(store.Elector)
 	if !ok {
 		m.sweepLoop(ctx)
@@ -51,6 +61,36 @@ var campaignRetry = retry.Policy{Initial: leaderTTL / 3, Max: leaderTTL / 3}
 
 // leaderTTL bounds how long cleanup pauses when its leader dies.
 const leaderTTL = 30 * time.Second
+
+// orphanReaper is a runtime that can find sandboxes on this host that no
+// server can reach any more (a wiped state directory) and remove them.
+type orphanReaper interface {
+	ReapOrphans(ctx context.Context, grace time.Duration) int
+}
+
+// orphanGrace is how old a sandbox without an owner must be before it is
+// removed as an orphan: one being created has no owner yet for a moment.
+const orphanGrace = 10 * time.Minute
+
+// reapOrphansLoop removes this host's orphaned sandboxes every
+// CleanupInterval. Every replica runs it, leader or not: orphans are a
+// host's, and each host needs one.
+func (m *Manager) reapOrphansLoop(ctx context.Context, r orphanReaper) {
+	t := time.NewTicker(m.cfg.CleanupInterval)
+	defer t.Stop()
+	// Not at start: reading every process's descriptors would slow it, and
+	// no orphan is younger than orphanGrace anyway.
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n := r.ReapOrphans(ctx, orphanGrace); n > 0 {
+			m.log.Warn("cleanup: removed orphaned sandboxes of this host", "count", n)
+		}
+	}
+}
 
 func (m *Manager) sweepLoop(ctx context.Context) {
 	m.Sweep(ctx)

@@ -726,6 +726,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	rid, stacked := id, false
 	if rec, err := m.st.GetSandbox(ctx, id); err == nil {
 		rid, stacked = rec.RuntimeName(), rec.Snapshot != "" || rec.ForkOf != ""
+		if !m.reaches(rec) {
+			return m.deleteElsewhere(ctx, rec)
+		}
 	}
 	if err := m.st.DeleteSandbox(ctx, id); err != nil {
 		return err

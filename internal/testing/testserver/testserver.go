@@ -6,7 +6,6 @@ package testserver
 import (
 	"context"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,9 +15,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/orchard/orchard/agentclient"
 	"github.com/orchard/orchard/egress"
+	"github.com/orchard/orchard/internal/testing/floor"
 	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/metrics"
 	"github.com/orchard/orchard/runtime/local"
@@ -35,6 +36,7 @@ const APIKey = "test-key_0123456789"
 // re-executed as the containers' init process, which must be handled
 // before tests run.
 func Main(m *testing.M) {
+	floor.MaybeChild()
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		local.Init()
 	}

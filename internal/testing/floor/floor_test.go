@@ -1,0 +1,58 @@
+package floor
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/orchard/orchard/internal/testing/testenv"
+)
+
+func TestMain(m *testing.M) {
+	MaybeChild()
+	os.Exit(m.Run())
+}
+
+// The floor's containers run, print and are removed, cgroups and
+// scratch space included.
+func TestRunMakesBareContainers(t *testing.T) {
+	testenv.RequireRoot(t)
+	tmp := t.TempDir()
+	res, err := Run(context.Background(), 24, 4, tmp)
+	if err != nil || res.Err != nil || res.OK != 24 || res.Elapsed <= 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("scratch left: %v", left)
+	}
+	for _, d := range newCgroups("orchard-floor-x").dirs("") {
+		parent := d[:len(d)-len("orchard-floor-x")]
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			if len(e.Name()) > 14 && e.Name()[:14] == "orchard-floor-" {
+				t.Errorf("cgroup left: %s%s", parent, e.Name())
+			}
+		}
+	}
+}
+
+// BenchmarkFloor makes ORCHARD_BENCH_SANDBOXES (1,000) bare containers, 8
+// at a time (the server's default of 4 per CPU on two cores).
+func BenchmarkFloor(b *testing.B) {
+	testenv.RequireRoot(b)
+	n, c := 1000, 8
+	if v, err := strconv.Atoi(os.Getenv("ORCHARD_BENCH_SANDBOXES")); err == nil && v > 0 {
+		n = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("ORCHARD_BENCH_CREATE_CONCURRENCY")); err == nil && v > 0 {
+		c = v
+	}
+	for range b.N {
+		res, err := Run(b.Context(), n, c, os.TempDir())
+		if err != nil || res.Err != nil || res.OK != n {
+			b.Fatalf("Run = %+v, %v", res, err)
+		}
+		b.ReportMetric(res.Elapsed.Seconds(), "floor_s")
+	}
+}
