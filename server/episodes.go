@@ -49,7 +49,7 @@ const (
 
 func (s *Server) episodeRoutes() []route {
 	return append([]route{
-		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, or a desktop sandbox (setup.sandbox or sandbox kind \"desktop\"); returns the first observation",
+		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, a desktop sandbox (setup.sandbox or sandbox kind \"desktop\") or a shell sandbox (kind \"shell\"); returns the first observation",
 			request: episodeRequestDoc{}, response: api.EpisodeStart{}, handler: s.createEpisode},
 		{method: "GET", path: "/episodes", summary: "List episodes", response: api.EpisodeList{}, handler: s.listEpisodes},
 		{method: "GET", path: "/episodes/:id", summary: "An episode: status, steps so far, outcome", response: api.EpisodeStatus{}, handler: s.getEpisode},
