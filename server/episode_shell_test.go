@@ -297,3 +297,23 @@ func TestShellEpisodeFork(t *testing.T) {
 	}
 	call(t, srv, "DELETE", "/episodes/"+id, nil)
 }
+
+// A shell episode whose sandbox its client deleted reports it as the
+// step's error (the client's, as for a browser episode), not as a
+// command's output.
+func TestShellEpisodeSandboxDeleted(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	task := map[string]any{"id": "gone", "question": "q", "setup": map[string]any{"sandbox": map[string]any{"kind": "shell", "block_network": true}},
+		"eval": map[string]any{"type": "exec", "command": "true"}}
+	e := call(t, srv, "POST", "/episodes", map[string]any{"task": task})
+	want(t, e, 200)
+	id, sb := e.body["episode_id"].(string), e.body["sandbox_id"].(string)
+	want(t, call(t, srv, "DELETE", "/sandboxes/"+sb, nil), 200)
+	r := call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": map[string]any{"type": "exec", "command": "echo hi"}})
+	want(t, r, 200)
+	info, _ := r.body["info"].(map[string]any)
+	if e, _ := info["error"].(map[string]any); e["code"] != "sandbox.not_found" {
+		t.Fatalf("step on a deleted sandbox: %s", r.raw)
+	}
+	call(t, srv, "DELETE", "/episodes/"+id, nil)
+}

@@ -134,7 +134,7 @@ func (s *Server) shellAction(ctx context.Context, id string, a api.ShellAction) 
 		}
 		job, err := s.execJob(ctx, id, manager.ExecParams{Command: a.Command, TimeoutSeconds: timeout, Cwd: a.Cwd, Env: a.Env, Wait: true})
 		if err != nil {
-			if f := faults.Of(err); f.Source == faults.Client {
+			if f := faults.Of(err); f.Category == faults.InvalidRequest {
 				// A cwd or env the sandbox refuses: the policy's to fix.
 				return api.ShellObservation{Stderr: f.Message, ExitCode: 1}, nil
 			}
@@ -150,8 +150,10 @@ func (s *Server) shellAction(ctx context.Context, id string, a api.ShellAction) 
 		content := base64.StdEncoding.EncodeToString([]byte(a.Content))
 		path := a.Path
 		if _, err := s.mgr.Upload(ctx, id, api.UploadRequest{Path: &path, Content: &content}); err != nil {
-			f := faults.Of(err)
-			if !episodes.IsEnvFault(ptr(f.Info())) || f.Category == faults.InvalidRequest || f.Category == faults.NotFound {
+			// A path the sandbox refuses (outside it, a directory, read
+			// only) is the policy's to fix; the sandbox gone is not.
+			if f := faults.Of(err); f.Category == faults.InvalidRequest || f.Category == faults.ActionFailed ||
+				f.Category == faults.NotFound && f.Code != faults.CodeSandboxNotFound {
 				return api.ShellObservation{Stderr: f.Message, ExitCode: 1}, nil
 			}
 			return obs, err
@@ -174,8 +176,6 @@ func (s *Server) shellAction(ctx context.Context, id string, a api.ShellAction) 
 	obs.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 	return obs, nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // capOutput cuts out to shellOutputCap bytes on a UTF-8 boundary; cut
 // reports a cut, here or by the agent before (agentCut).
