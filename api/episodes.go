@@ -52,11 +52,12 @@ type CreateEpisodeRequest struct {
 // StepRequest is the body of POST /episodes/{id}/step: one action, or a
 // list run in order, and optionally other observation settings than the
 // episode's. The actions are the episode's kind's action objects
-// (BrowserAction; DesktopAction in any of its dialects), passed to the
-// sandbox as the policy sent them: the sandbox reads and validates them.
+// (BrowserAction; DesktopAction in any of its dialects; ShellAction),
+// passed to the sandbox as the policy sent them: the sandbox reads and
+// validates them (the server, for a shell episode's).
 type StepRequest struct {
-	Action  json.RawMessage   `json:"action" doc:"one action object of the episode's kind (BrowserAction or DesktopAction)"`
-	Actions []json.RawMessage `json:"actions,omitempty" doc:"action objects of the episode's kind (BrowserAction or DesktopAction), run in order"`
+	Action  json.RawMessage   `json:"action" doc:"one action object of the episode's kind (BrowserAction, DesktopAction or ShellAction)"`
+	Actions []json.RawMessage `json:"actions,omitempty" doc:"action objects of the episode's kind (BrowserAction, DesktopAction or ShellAction), run in order"`
 	Observe *Observe          `json:"observe,omitempty"`
 }
 
@@ -70,7 +71,8 @@ type StepInfo struct {
 }
 
 // StepResult is the answer of POST /episodes/{id}/step. Observation is the
-// browser's or desktop's observation as its daemon gave it.
+// browser's or desktop's observation as its daemon gave it, or a shell
+// episode's ShellObservation.
 type StepResult struct {
 	Observation StepObservation `json:"observation"`
 	Done        bool            `json:"done"`
@@ -135,7 +137,7 @@ type EpisodeStatus struct {
 	EpisodeID   string       `json:"episode_id"`
 	SandboxID   string       `json:"sandbox_id"`
 	TaskID      string       `json:"task_id"`
-	Kind        string       `json:"kind"`   // KindBrowser or KindDesktop
+	Kind        string       `json:"kind"`   // KindBrowser, KindDesktop or KindShell
 	Status      string       `json:"status"` // running, done, finished, aborted
 	Steps       int          `json:"steps"`
 	Outcome     string       `json:"outcome,omitempty"`
@@ -219,4 +221,39 @@ type EpisodeNode struct {
 type EpisodeTree struct {
 	Root     string        `json:"root"`
 	Episodes []EpisodeNode `json:"episodes"`
+}
+
+// ShellObservation is the observation of a shell episode's step: how its
+// last action that ran something (not answer or submit) ended. For exec, the command's output, each stream capped
+// (Stdout/StderrTruncated mark a cut), its exit code (124 after its
+// timeout) and its wall time; for write_file and apply_patch, the same
+// shape (git apply's output and exit code; a file that could not be
+// written exits 1 with the reason on stderr). Step 0 observes nothing
+// run: empty output, exit code 0. This is also the step's result in a
+// recording (recordings/FORMAT.md).
+type ShellObservation struct {
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	ExitCode        int     `json:"exit_code"`
+	DurationMS      float64 `json:"duration_ms"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+}
+
+// ShellAction is one action of a shell episode. Type selects it:
+//
+//	exec {command, timeout?, env?, cwd?}   timeout in seconds
+//	write_file {path, content}             content is text
+//	apply_patch {patch}                    a unified diff, git apply'd in the working directory
+//	answer {text}, submit                  end the episode (submit with no answer)
+type ShellAction struct {
+	Type    string            `json:"type"`
+	Command string            `json:"command,omitempty"`
+	Timeout int               `json:"timeout,omitempty" openapi:"minimum=0" doc:"seconds; 0: 60, at most the step's budget"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	Path    string            `json:"path,omitempty"`
+	Content string            `json:"content,omitempty"`
+	Patch   string            `json:"patch,omitempty"`
+	Text    string            `json:"text,omitempty"`
 }

@@ -509,12 +509,13 @@ type DesktopActionsResponse struct {
 }
 
 // StepObservation is the observation of an episode step: a browser's or a
-// desktop's, in JSON exactly as its daemon wrote it (null when the step
-// observed nothing). Decoding tells them apart by shape: a desktop's has
-// a "cursor" and no "url".
+// desktop's, in JSON exactly as its daemon wrote it, or a shell's (null
+// when the step observed nothing). Decoding tells them apart by shape: a
+// shell's has an "exit_code", a desktop's a "cursor" and no "url".
 type StepObservation struct {
 	Browser *BrowserObservation
 	Desktop *DesktopObservation
+	Shell   *ShellObservation
 }
 
 // MarshalJSON writes the observation that is set, or null.
@@ -524,6 +525,8 @@ func (o StepObservation) MarshalJSON() ([]byte, error) {
 		return json.Marshal(o.Browser)
 	case o.Desktop != nil:
 		return json.Marshal(o.Desktop)
+	case o.Shell != nil:
+		return json.Marshal(o.Shell)
 	}
 	return []byte("null"), nil
 }
@@ -536,11 +539,16 @@ func (o *StepObservation) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var probe struct {
-		URL    *string         `json:"url"`
-		Cursor json.RawMessage `json:"cursor"`
+		URL      *string         `json:"url"`
+		Cursor   json.RawMessage `json:"cursor"`
+		ExitCode json.RawMessage `json:"exit_code"`
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return err
+	}
+	if probe.ExitCode != nil && probe.URL == nil {
+		o.Shell = new(ShellObservation)
+		return json.Unmarshal(b, o.Shell)
 	}
 	if probe.Cursor != nil && probe.URL == nil {
 		o.Desktop = new(DesktopObservation)
@@ -551,4 +559,4 @@ func (o *StepObservation) UnmarshalJSON(b []byte) error {
 }
 
 // IsZero reports whether no observation is set.
-func (o StepObservation) IsZero() bool { return o.Browser == nil && o.Desktop == nil }
+func (o StepObservation) IsZero() bool { return o.Browser == nil && o.Desktop == nil && o.Shell == nil }

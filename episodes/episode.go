@@ -55,9 +55,10 @@ type Limits struct {
 }
 
 // New is a running episode id of task, with no sandbox yet, created at now.
-// observe nil is the default for the kind (api.KindBrowser or
+// observe nil is the default for the kind (api.KindBrowser,
 // api.KindDesktop): a JPEG screenshot, and in a browser the set-of-marks
-// elements.
+// elements; a shell episode (api.KindShell) observes its commands' output
+// and takes no observe settings.
 func New(id string, task tasks.Task, kind string, observe *api.Observe, lim Limits, now time.Time) *Episode {
 	ep := &Episode{
 		EpisodeStatus: api.EpisodeStatus{EpisodeID: id, TaskID: task.ID, Kind: kind, Status: api.EpisodeRunning, CreatedAt: now.UTC()},
@@ -82,6 +83,9 @@ func New(id string, task tasks.Task, kind string, observe *api.Observe, lim Limi
 		if ep.Desktop() {
 			ep.Observe = &api.Observe{Screenshot: "jpeg"}
 		}
+		if ep.Shell() {
+			ep.Observe = nil
+		}
 	}
 	return ep
 }
@@ -94,6 +98,14 @@ func (ep *Episode) Ended() bool {
 // Desktop reports whether ep runs in a desktop sandbox. Episodes stored
 // before episodes had kinds have none: they are browser episodes.
 func (ep *Episode) Desktop() bool { return ep.Kind == api.KindDesktop }
+
+// Shell reports whether ep runs in a shell sandbox: its steps are
+// commands, files and patches, and it has no page or screen.
+func (ep *Episode) Shell() bool { return ep.Kind == api.KindShell }
+
+// Browser reports whether ep has a browser page (an evaluator may look at
+// it); episodes stored before kinds are browser episodes.
+func (ep *Episode) Browser() bool { return ep.Kind == "" || ep.Kind == api.KindBrowser }
 
 // Screens are the last screenshots of ep, oldest first, when it was
 // loaded with them.

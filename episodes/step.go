@@ -2,7 +2,10 @@ package episodes
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/evaluate"
@@ -38,7 +41,7 @@ var navigateRetry = api.RetryPolicy{Attempts: 3, InitialMS: 500, MaxMS: 4000}
 // policy; on a desktop, the screen as the task's setup left it.
 func (ep *Episode) FirstStep() Step {
 	st := Step{Observe: ep.Observe, Reset: true}
-	if ep.Task.StartURL != "" && !ep.Desktop() {
+	if ep.Task.StartURL != "" && ep.Browser() {
 		retry := navigateRetry
 		a, _ := json.Marshal(api.BrowserAction{Type: "navigate", URL: ep.Task.StartURL, Retry: &retry})
 		st.Actions = []json.RawMessage{a}
@@ -73,8 +76,19 @@ func (ep *Episode) NextStep(req api.StepRequest) (Step, error) {
 	}
 	for _, a := range list {
 		var v map[string]any
-		if json.Unmarshal(a, &v) == nil && v["type"] == "answer" {
+		if json.Unmarshal(a, &v) != nil {
+			continue
+		}
+		switch {
+		case v["type"] == "answer":
 			st.answer, _ = v["text"].(string)
+			st.answered = true
+		case v["type"] == "submit" && ep.Shell():
+			// A shell policy's "done": the episode ends with the answer
+			// it has, if any.
+			if !st.answered {
+				st.answer = ep.Answer
+			}
 			st.answered = true
 		}
 	}
@@ -166,6 +180,31 @@ func (o *Outcome) Decode(raw []byte, kind string) {
 	}
 }
 
+// historyOutput bounds the output a shell step keeps in the episode's
+// history: a judge reads how each command ended, and the stored episode
+// stays small however long its commands' output.
+const historyOutput = 400
+
+// shellOutput is how a shell step ended, as its history keeps it: the
+// exit code and the last historyOutput bytes of stdout and stderr.
+func shellOutput(o *api.ShellObservation) string {
+	if o == nil {
+		return ""
+	}
+	out := strings.TrimSpace(o.Stdout + "\n" + o.Stderr)
+	if len(out) > historyOutput {
+		cut := len(out) - historyOutput
+		for cut < len(out) && !utf8.RuneStart(out[cut]) {
+			cut++
+		}
+		out = "…" + out[cut:]
+	}
+	if out == "" {
+		return fmt.Sprintf("exit %d", o.ExitCode)
+	}
+	return fmt.Sprintf("exit %d: %s", o.ExitCode, out)
+}
+
 // Observation is the part of a browser's or desktop's observation an
 // episode and its recording read.
 type Observation struct {
@@ -244,7 +283,8 @@ func (ep *Episode) Apply(st Step, o Outcome, now time.Time) (api.StepResult, Obs
 		errText = info.Error.Code
 	}
 	if !st.Reset {
-		ep.History = append(ep.History, evaluate.Step{N: info.Step, Action: st.Action, URL: obs.URL, Error: errText})
+		ep.History = append(ep.History, evaluate.Step{N: info.Step, Action: st.Action, URL: obs.URL, Error: errText,
+			Output: shellOutput(o.Observation.Shell)})
 	}
 	if obs.Screenshot != nil && len(obs.Screenshot.Data) > 0 {
 		ep.screens = append(ep.screens, obs.Screenshot.Data)

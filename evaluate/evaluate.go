@@ -59,6 +59,9 @@ type Step struct {
 	Action json.RawMessage `json:"action"`
 	URL    string          `json:"url,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Output is how a shell step ended, for a judge to read: its exit
+	// code and the end of its output.
+	Output string `json:"output,omitempty"`
 }
 
 // Trajectory is what the policy did in an episode.
@@ -406,6 +409,9 @@ func clip(s string) string {
 }
 
 func execCheck(ctx context.Context, ev tasks.Eval, sb Sandbox) (bool, map[string]any, error) {
+	if len(ev.FailToPass)+len(ev.PassToPass) > 0 {
+		return testLists(ctx, ev, sb)
+	}
 	res, err := sb.Exec(ctx, ev.Command)
 	if err != nil {
 		return false, nil, fmt.Errorf("evaluate exec: %w", err)
@@ -421,4 +427,55 @@ func execCheck(ctx context.Context, ev tasks.Eval, sb Sandbox) (bool, map[string
 		return false, d, nil
 	}
 	return strings.Contains(normalize(res.Stdout, ev.CaseSensitive), normalize(ev.Text, ev.CaseSensitive)), d, nil
+}
+
+// Test verdicts of an exec eval's test lists.
+const (
+	TestPass = "pass"
+	TestFail = "fail"
+)
+
+// testLists runs ev's command once per test of FailToPass and PassToPass
+// (SWE-bench's FAIL_TO_PASS and PASS_TO_PASS) and passes when all of them
+// pass. Details report each test's verdict under "fail_to_pass" and
+// "pass_to_pass" ({name: "pass"|"fail"}), the counts, and the output of
+// the failed tests (clipped).
+func testLists(ctx context.Context, ev tasks.Eval, sb Sandbox) (bool, map[string]any, error) {
+	d := map[string]any{"command": ev.Command}
+	ok := true
+	failed := map[string]any{}
+	passed, total := 0, 0
+	for _, list := range []struct {
+		key   string
+		tests []string
+	}{{"fail_to_pass", ev.FailToPass}, {"pass_to_pass", ev.PassToPass}} {
+		verdicts := map[string]string{}
+		for _, name := range list.tests {
+			cmd := strings.ReplaceAll(ev.Command, tasks.TestPlaceholder, shellQuote(name))
+			res, err := sb.Exec(ctx, cmd)
+			if err != nil {
+				return false, nil, fmt.Errorf("evaluate exec: test %s: %w", name, err)
+			}
+			total++
+			if res.ExitCode == 0 {
+				verdicts[name] = TestPass
+				passed++
+				continue
+			}
+			verdicts[name] = TestFail
+			ok = false
+			failed[name] = map[string]any{"exit_code": res.ExitCode, "output": clip(res.Stdout + res.Stderr)}
+		}
+		d[list.key] = verdicts
+	}
+	d["passed"], d["total"] = passed, total
+	if len(failed) > 0 {
+		d["failed"] = failed
+	}
+	return ok, d, nil
+}
+
+// shellQuote quotes s as one word for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

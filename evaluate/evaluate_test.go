@@ -3,6 +3,7 @@ package evaluate
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -215,6 +216,55 @@ func TestEvaluateExec(t *testing.T) {
 			}
 			if r.Details["command"] != tt.ev.Command || r.Details["exit_code"] != tt.sb.res.ExitCode {
 				t.Errorf("details = %v", r.Details)
+			}
+		})
+	}
+}
+
+// scriptSandbox exits 0 for the commands in pass, 1 for any other.
+type scriptSandbox struct{ pass map[string]bool }
+
+func (s scriptSandbox) Exec(_ context.Context, command string) (ExecResult, error) {
+	if s.pass[command] {
+		return ExecResult{}, nil
+	}
+	return ExecResult{ExitCode: 1, Stdout: "FAILED " + command}, nil
+}
+
+func TestExecTestLists(t *testing.T) {
+	t.Parallel()
+	ev := tasks.Eval{Type: "exec", Command: "run {test}", FailToPass: []string{"a", "it's"}, PassToPass: []string{"b"}}
+	tests := []struct {
+		name string
+		pass []string
+		ok   bool
+		f2p  map[string]string
+		p2p  map[string]string
+	}{
+		{"all pass", []string{"run 'a'", `run 'it'\''s'`, "run 'b'"}, true, map[string]string{"a": "pass", "it's": "pass"}, map[string]string{"b": "pass"}},
+		{"fix missing", []string{"run 'b'"}, false, map[string]string{"a": "fail", "it's": "fail"}, map[string]string{"b": "pass"}},
+		{"regression", []string{"run 'a'", `run 'it'\''s'`}, false, map[string]string{"a": "pass", "it's": "pass"}, map[string]string{"b": "fail"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pass := map[string]bool{}
+			for _, c := range tt.pass {
+				pass[c] = true
+			}
+			var e Evaluator
+			res, err := e.Evaluate(context.Background(), ev, Trajectory{}, Env{Sandbox: scriptSandbox{pass}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Success != tt.ok {
+				t.Errorf("success = %v, want %v (%v)", res.Success, tt.ok, res.Details)
+			}
+			if got := res.Details["fail_to_pass"]; !reflect.DeepEqual(got, tt.f2p) {
+				t.Errorf("fail_to_pass = %v, want %v", got, tt.f2p)
+			}
+			if got := res.Details["pass_to_pass"]; !reflect.DeepEqual(got, tt.p2p) {
+				t.Errorf("pass_to_pass = %v, want %v", got, tt.p2p)
 			}
 		})
 	}

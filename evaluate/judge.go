@@ -158,6 +158,9 @@ func (c *JudgeConfig) judge(ctx context.Context, ev tasks.Eval, tr Trajectory) (
 		if s.Error != "" {
 			fmt.Fprintf(&text, " [error: %s]", s.Error)
 		}
+		if s.Output != "" {
+			fmt.Fprintf(&text, "\n   → %s", strings.ReplaceAll(s.Output, "\n", "\n     "))
+		}
 		text.WriteString("\n")
 	}
 	answer := tr.Answer

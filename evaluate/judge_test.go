@@ -272,3 +272,29 @@ func TestParseVerdict(t *testing.T) {
 		}
 	}
 }
+
+// A shell episode's judge reads each command's result from the
+// trajectory: there are no screenshots.
+func TestJudgeShellOutput(t *testing.T) {
+	t.Parallel()
+	s, e := newJudge(t, func(n int, req chatRequest) (int, string) {
+		if isVerdictCall(req) {
+			return http.StatusOK, "Status: SUCCESS"
+		}
+		return http.StatusOK, `["tests pass"]`
+	})
+	tr := Trajectory{Question: "Fix add.", Steps: []Step{
+		{N: 1, Action: json.RawMessage(`{"type":"exec","command":"pytest -x"}`), Output: "exit 1: FAILED test_add\n1 failed"},
+		{N: 2, Action: json.RawMessage(`{"type":"submit"}`), Output: "exit 0"},
+	}}
+	if _, err := e.Evaluate(context.Background(), tasks.Eval{Type: "judge"}, tr, Env{}); err != nil {
+		t.Fatal(err)
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(s.reqs[1].Messages[1].Content, &parts); err != nil {
+		t.Fatal(err)
+	}
+	if text := parts[0].Text; !strings.Contains(text, "→ exit 1: FAILED test_add\n     1 failed") || len(parts) != 1 {
+		t.Errorf("verdict prompt:\n%s", text)
+	}
+}

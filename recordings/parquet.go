@@ -92,6 +92,11 @@ func (r *Recording) parquetRow(ctx context.Context) (ParquetRow, error) {
 			row.Images = append(row.Images, b)
 			content = append(content, imagePlaceholder)
 		}
+		if r.textFrames() && len(st.Result) > 0 {
+			// A shell step's observation is its result: the output, exit
+			// code and duration as the policy got them.
+			content = append(content, literal(string(st.Result)))
+		}
 		if st.URL != "" {
 			content = append(content, "URL: "+literal(st.URL))
 		}

@@ -41,6 +41,16 @@ func (r *Recording) frames(ctx context.Context, maxWidth int, fn func(image.Imag
 			return n, err
 		}
 		if st.Screenshot == "" {
+			if r.textFrames() {
+				img := shellFrame(st)
+				if w, h := frameSize(textFrameW, textFrameH, maxWidth); w != textFrameW {
+					img = scaleTo(img, w, h)
+				}
+				if err := fn(img); err != nil {
+					return n, err
+				}
+				n++
+			}
 			continue
 		}
 		b, err := r.readImage(st)
@@ -152,6 +162,10 @@ func (r *Recording) frameBounds(ctx context.Context, maxWidth int) (width, heigh
 			return 0, 0, 0, err
 		}
 		if st.Screenshot == "" {
+			if r.textFrames() {
+				w, h := frameSize(textFrameW, textFrameH, maxWidth)
+				width, height, n = max(width, w), max(height, h), n+1
+			}
 			continue
 		}
 		cfg, err := r.imageConfig(st)

@@ -32,8 +32,9 @@ const (
 // Requeue says how episodes that end env_error are run again. The zero
 // value never re-queues.
 type Requeue struct {
-	// MaxAttempts caps the episodes of one task, the first included; 0 or
-	// 1 means one episode.
+	// MaxAttempts caps the episodes of one sample of a task (of one task
+	// when Config.Samples is 1), the first included; 0 or 1 means one
+	// episode.
 	MaxAttempts int
 	// Budget caps the re-queues of the whole run, so a broken environment
 	// cannot multiply the run's length; 0 means none.
@@ -67,6 +68,10 @@ type Config struct {
 	Record bool
 	// Requeue is the env_error re-queue budget.
 	Requeue Requeue
+	// Samples is how many scored episodes each task gets, for pass@1 and
+	// pass@Samples (Summary.PassAtK); 0 means 1. An episode that ends
+	// env_error is not a sample: it is re-queued as Requeue allows.
+	Samples int
 	// OnEvent, when set, is called as episodes start, step and end. Calls
 	// are serialized: it need not be safe for concurrent use, but it
 	// should return quickly.
@@ -125,10 +130,12 @@ func (p Progress) ETA() time.Duration {
 	return time.Duration(float64(p.Elapsed) / float64(p.Done) * float64(p.Total-p.Done))
 }
 
-// job is one episode to run: the task's index and its attempt number.
+// job is one episode to run: the task's index, which of its samples
+// and the how-many-th episode of that sample it is.
 type job struct {
-	task    int
-	attempt int
+	task   int
+	sample int
+	tries  int
 }
 
 // run is the state of one Run.
@@ -139,6 +146,12 @@ type run struct {
 	mu       sync.Mutex // guards progress and budget, and serializes OnEvent
 	progress Progress
 	budget   int // re-queues left
+
+	resMu    sync.Mutex        // guards results, finals, episodes and left
+	results  []TaskResult      // by task
+	finals   [][]EpisodeResult // by task, by sample: the sample's last episode
+	episodes []int             // by task: episodes started
+	left     []int             // by task: samples not yet final
 }
 
 // Run runs every task of cfg and summarizes the results. It returns an
@@ -155,23 +168,33 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	case len(cfg.Tasks) == 0:
 		return Summary{}, errors.New("run: no tasks")
 	}
-	workers := min(max(cfg.Concurrency, 1), len(cfg.Tasks))
+	samples := max(cfg.Samples, 1)
+	workers := min(max(cfg.Concurrency, 1), len(cfg.Tasks)*samples)
 	r := &run{cfg: cfg, start: time.Now(), budget: max(cfg.Requeue.Budget, 0)}
 	r.progress.Total = len(cfg.Tasks)
-	results := make([]TaskResult, len(cfg.Tasks))
+	r.results = make([]TaskResult, len(cfg.Tasks))
+	r.finals = make([][]EpisodeResult, len(cfg.Tasks))
+	r.episodes = make([]int, len(cfg.Tasks))
+	r.left = make([]int, len(cfg.Tasks))
 	for i, t := range cfg.Tasks {
-		results[i] = TaskResult{TaskID: t.ID, Outcome: OutcomeCanceled}
+		r.results[i] = TaskResult{TaskID: t.ID, Outcome: OutcomeCanceled}
+		r.finals[i] = make([]EpisodeResult, samples)
+		r.left[i] = samples
 	}
+	results := r.results
 
-	// A task has at most one job queued or running, so the queue never
-	// holds more than one job per task and a re-queue never blocks.
-	queue := make(chan job, len(cfg.Tasks))
-	for i := range cfg.Tasks {
-		queue <- job{task: i, attempt: 1}
+	// A sample has at most one job queued or running, so the queue never
+	// holds more than one job per sample and a re-queue never blocks.
+	// Samples of one task are queued apart, so they run side by side.
+	queue := make(chan job, len(cfg.Tasks)*samples)
+	for s := range samples {
+		for i := range cfg.Tasks {
+			queue <- job{task: i, sample: s + 1, tries: 1}
+		}
 	}
 	var (
 		wg        sync.WaitGroup
-		remaining = len(cfg.Tasks)
+		remaining = len(cfg.Tasks) * samples
 		remMu     sync.Mutex // guards remaining
 	)
 	taskDone := func() {
@@ -184,24 +207,28 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for range workers {
 		wg.Go(func() {
 			for j := range queue {
-				tr := &results[j.task]
 				if ctx.Err() != nil {
 					taskDone()
 					continue
 				}
-				res := r.episode(ctx, cfg.Tasks[j.task], j.attempt)
-				tr.Episodes = append(tr.Episodes, res)
-				tr.Attempts = j.attempt
-				tr.Outcome, tr.Reward, tr.Steps, tr.Attribution, tr.RecordingID = res.Outcome, res.Reward, res.Steps, res.Attribution, res.RecordingID
-				if r.requeue(res) {
-					queue <- job{task: j.task, attempt: j.attempt + 1}
+				res := r.episode(ctx, cfg.Tasks[j.task], r.nextEpisode(j.task))
+				res.Sample = j.sample
+				r.resMu.Lock()
+				r.results[j.task].Episodes = append(r.results[j.task].Episodes, res)
+				r.resMu.Unlock()
+				if r.requeue(res, j.tries) {
+					queue <- job{task: j.task, sample: j.sample, tries: j.tries + 1}
 					continue
 				}
-				r.event(Event{Type: EventTaskDone, TaskID: res.TaskID, Attempt: j.attempt}, func(p *Progress) {
+				if !r.sampleDone(j.task, j.sample, res) {
+					taskDone()
+					continue
+				}
+				r.event(Event{Type: EventTaskDone, TaskID: res.TaskID, Attempt: res.Attempt}, func(p *Progress) {
 					if res.Outcome != OutcomeCanceled {
 						p.Done++
 					}
-					switch res.Outcome {
+					switch r.results[j.task].Outcome {
 					case OutcomeSuccess:
 						p.Success++
 					case OutcomeFailure:
@@ -218,18 +245,65 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	wg.Wait()
 	s := Summarize(results, time.Since(r.start))
+	s.ScorePassAtK(samples)
 	if err := ctx.Err(); err != nil {
 		return s, fmt.Errorf("run canceled after %d of %d tasks: %w", s.Total-s.Canceled, s.Total, context.Cause(ctx))
 	}
 	return s, nil
 }
 
-// requeue reports whether the task of an ended episode runs again, and
-// takes the re-queue from the budget. Only env_error episodes are
-// re-queued, and not those of a task that cannot load (a task fault that
-// no retry fixes).
-func (r *run) requeue(res EpisodeResult) bool {
-	if res.Outcome != OutcomeEnvError || res.Attempt >= r.cfg.Requeue.MaxAttempts {
+// nextEpisode numbers the next episode of task i, from 1.
+func (r *run) nextEpisode(i int) int {
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	r.episodes[i]++
+	return r.episodes[i]
+}
+
+// sampleDone keeps res as the final episode of sample of task i and
+// reports whether it was the task's last sample; then the task's result
+// is its best sample's (success, failure, error, env_error, canceled in
+// that order; the first such sample), and with one sample simply its last
+// episode's.
+func (r *run) sampleDone(i, sample int, res EpisodeResult) bool {
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	r.finals[i][sample-1] = res
+	if r.left[i]--; r.left[i] > 0 {
+		return false
+	}
+	best := r.finals[i][0]
+	for _, f := range r.finals[i][1:] {
+		if outcomeRank(f.Outcome) < outcomeRank(best.Outcome) {
+			best = f
+		}
+	}
+	tr := &r.results[i]
+	tr.Attempts = len(tr.Episodes)
+	tr.Outcome, tr.Reward, tr.Steps, tr.Attribution, tr.RecordingID = best.Outcome, best.Reward, best.Steps, best.Attribution, best.RecordingID
+	return true
+}
+
+func outcomeRank(o string) int {
+	switch o {
+	case OutcomeSuccess:
+		return 0
+	case OutcomeFailure:
+		return 1
+	case OutcomeError:
+		return 2
+	case OutcomeEnvError:
+		return 3
+	}
+	return 4
+}
+
+// requeue reports whether the sample of an ended episode, its tries-th,
+// runs again, and takes the re-queue from the budget. Only env_error
+// episodes are re-queued, and not those of a task that cannot load (a
+// task fault that no retry fixes).
+func (r *run) requeue(res EpisodeResult, tries int) bool {
+	if res.Outcome != OutcomeEnvError || tries >= r.cfg.Requeue.MaxAttempts {
 		return false
 	}
 	if a := res.Attribution; a != nil && a.Source == faults.Task && !a.Retryable {

@@ -256,3 +256,10 @@ func TestRunCancelAbortsEpisodes(t *testing.T) {
 		t.Errorf("episode %q after cancel: %+v %v", id, st, err)
 	}
 }
+
+// startShell starts a server for shell episodes, which need no browser.
+func startShell(t testing.TB) *client.Client {
+	t.Helper()
+	srv := testserver.Start(t, testserver.Options{})
+	return client.New(srv.URL, srv.APIKey)
+}

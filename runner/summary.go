@@ -35,8 +35,11 @@ type Attribution = api.Attribution
 
 // EpisodeResult is one episode of a task.
 type EpisodeResult struct {
-	TaskID  string `json:"task_id"`
-	Attempt int    `json:"attempt"`
+	TaskID string `json:"task_id"`
+	// Attempt numbers the task's episodes in the run, from 1; Sample is
+	// the sample (of Config.Samples) the episode was run for, from 1.
+	Attempt int `json:"attempt"`
+	Sample  int `json:"sample"`
 	// EpisodeID is empty when no episode was created (the server refused
 	// it, or the policy could not be made).
 	EpisodeID   string       `json:"episode_id,omitempty"`
@@ -55,8 +58,10 @@ type EpisodeResult struct {
 	StepMS []float64 `json:"-"`
 }
 
-// TaskResult is a task's result: its last episode's, with every episode
-// it took (more than one when env_error episodes were re-queued).
+// TaskResult is a task's result: its best sample's final episode's (its
+// last episode's when it has one sample), with every episode it took
+// (more than one when env_error episodes were re-queued or it has more
+// samples).
 type TaskResult struct {
 	TaskID      string          `json:"task_id"`
 	Outcome     string          `json:"outcome"`
@@ -66,6 +71,13 @@ type TaskResult struct {
 	Attribution *Attribution    `json:"attribution,omitempty"`
 	RecordingID string          `json:"recording_id,omitempty"`
 	Episodes    []EpisodeResult `json:"episodes"`
+	// Scored (n) counts the samples whose final episode ended success,
+	// failure or error, Passed (c) those that ended success; PassAtK is
+	// {"pass@1": c/n, "pass@K": 1 - C(n-c,K)/C(n,K)} (Summary.PassAtK),
+	// absent when n is 0.
+	Scored  int                `json:"scored"`
+	Passed  int                `json:"passed"`
+	PassAtK map[string]float64 `json:"pass_at_k,omitempty"`
 }
 
 // FaultCount counts episodes ended by one code.
@@ -100,7 +112,7 @@ type Summary struct {
 	// when there are none.
 	SuccessRate float64 `json:"success_rate"`
 	// Episodes counts every episode, re-queued ones included; Requeued
-	// counts the re-queues.
+	// counts the re-queues (episodes beyond the first of each attempt).
 	Episodes int `json:"episodes"`
 	Requeued int `json:"requeued"`
 	// EnvErrors counts every env_error episode (re-queued ones included)
@@ -114,6 +126,79 @@ type Summary struct {
 	// episodes that ended per minute of it.
 	ElapsedS          float64 `json:"elapsed_s"`
 	EpisodesPerMinute float64 `json:"episodes_per_minute"`
+	// Attempts is K, the samples each task was given (Config.Samples);
+	// PassAtK is {"pass@1": x, "pass@K": y}, each the mean over the tasks
+	// with a scored sample of the task's own (TaskResult.PassAtK): the
+	// unbiased estimator 1 - C(n-c,k)/C(n,k) of Chen et al. (2021), n the
+	// task's scored samples, c those that succeeded. Episodes that ended
+	// env_error are not samples (they were the environment's), nor are
+	// canceled ones; an episode that ended error (the policy's fault)
+	// is a failed sample. When env_errors leave a task fewer than K
+	// samples, its pass@K is the estimator at k = n: whether any passed.
+	// Empty when no task has a scored sample.
+	Attempts int                `json:"attempts"`
+	PassAtK  map[string]float64 `json:"pass_at_k"`
+}
+
+// PassAtK is the unbiased estimator of pass@k from n samples of which c
+// passed: the chance that at least one of k samples drawn from the n
+// without replacement passed, 1 - C(n-c,k)/C(n,k). k above n is taken as
+// n. Zero when n is 0.
+func PassAtK(n, c, k int) float64 {
+	if n <= 0 || c <= 0 {
+		return 0
+	}
+	k = min(max(k, 1), n)
+	if n-c < k {
+		return 1
+	}
+	// C(n-c,k)/C(n,k) = prod_{i=n-c+1}^{n} (1 - k/i), stable for any n.
+	p := 1.0
+	for i := n - c + 1; i <= n; i++ {
+		p *= 1 - float64(k)/float64(i)
+	}
+	return 1 - p
+}
+
+// passAtKNames are the keys of a PassAtK map for k samples.
+func passAtKNames(k int) (string, string) { return "pass@1", "pass@" + strconv.Itoa(k) }
+
+// ScorePassAtK sets s.Attempts to k and scores pass@1 and pass@k per
+// task, from each sample's final episode, and over the tasks.
+func (s *Summary) ScorePassAtK(k int) {
+	k = max(k, 1)
+	s.Attempts = k
+	s.PassAtK = map[string]float64{}
+	k1, kk := passAtKNames(k)
+	var sum1, sumK float64
+	tasks := 0
+	for i := range s.Tasks {
+		t := &s.Tasks[i]
+		final := map[int]EpisodeResult{}
+		for _, e := range t.Episodes {
+			final[max(e.Sample, 1)] = e // episodes are kept in the order they ended
+		}
+		t.Scored, t.Passed, t.PassAtK = 0, 0, nil
+		for _, e := range final {
+			switch e.Outcome {
+			case OutcomeSuccess:
+				t.Passed++
+				t.Scored++
+			case OutcomeFailure, OutcomeError:
+				t.Scored++
+			}
+		}
+		if t.Scored == 0 {
+			continue
+		}
+		t.PassAtK = map[string]float64{k1: PassAtK(t.Scored, t.Passed, 1), kk: PassAtK(t.Scored, t.Passed, k)}
+		sum1 += t.PassAtK[k1]
+		sumK += t.PassAtK[kk]
+		tasks++
+	}
+	if tasks > 0 {
+		s.PassAtK[k1], s.PassAtK[kk] = sum1/float64(tasks), sumK/float64(tasks)
+	}
 }
 
 // Summarize computes a Summary from task results and the run's wall time.
@@ -134,8 +219,13 @@ func Summarize(results []TaskResult, elapsed time.Duration) Summary {
 		default:
 			s.Canceled++
 		}
-		if len(t.Episodes) > 1 {
-			s.Requeued += len(t.Episodes) - 1
+		// A re-queue is an episode beyond the first of its sample.
+		samples := map[int]bool{}
+		for _, e := range t.Episodes {
+			samples[max(e.Sample, 1)] = true
+		}
+		if len(t.Episodes) > len(samples) {
+			s.Requeued += len(t.Episodes) - len(samples)
 		}
 		for _, e := range t.Episodes {
 			if e.Outcome == OutcomeCanceled && e.EpisodeID == "" {
@@ -202,7 +292,12 @@ func Percentile(sorted []float64, p float64) float64 {
 // WriteTable writes the summary as a table of tasks followed by the totals.
 func (s Summary) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tOUTCOME\tREWARD\tSTEPS\tATTEMPTS\tATTRIBUTION")
+	k1, kk := passAtKNames(max(s.Attempts, 1))
+	if s.Attempts > 1 {
+		fmt.Fprintf(tw, "TASK\tOUTCOME\tREWARD\tSTEPS\tATTEMPTS\tPASSED\t%s\t%s\tATTRIBUTION\n", strings.ToUpper(k1), strings.ToUpper(kk))
+	} else {
+		fmt.Fprintln(tw, "TASK\tOUTCOME\tREWARD\tSTEPS\tATTEMPTS\tATTRIBUTION")
+	}
 	for _, t := range s.Tasks {
 		reward := "-"
 		if t.Reward != nil {
@@ -211,6 +306,14 @@ func (s Summary) WriteTable(w io.Writer) error {
 		att := ""
 		if a := t.Attribution; a != nil {
 			att = fmt.Sprintf("%s/%s at step %d", a.Source, a.Code, a.Step)
+		}
+		if s.Attempts > 1 {
+			p1, pk := "-", "-"
+			if t.PassAtK != nil {
+				p1, pk = strconv.FormatFloat(t.PassAtK[k1], 'f', 3, 64), strconv.FormatFloat(t.PassAtK[kk], 'f', 3, 64)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\n", t.TaskID, t.Outcome, reward, t.Steps, t.Attempts, t.Passed, t.Scored, p1, pk, att)
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", t.TaskID, t.Outcome, reward, t.Steps, t.Attempts, att)
 	}
@@ -223,6 +326,13 @@ func (s Summary) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, ", %d canceled", s.Canceled)
 	}
 	fmt.Fprintf(&b, "; success rate %.1f%%\n", 100*s.SuccessRate)
+	if k1, kk := passAtKNames(max(s.Attempts, 1)); len(s.PassAtK) > 0 {
+		if s.Attempts > 1 {
+			fmt.Fprintf(&b, "%s %.3f, %s %.3f over %d attempts per task (env_error episodes not counted)\n", k1, s.PassAtK[k1], kk, s.PassAtK[kk], s.Attempts)
+		} else {
+			fmt.Fprintf(&b, "%s %.3f (env_error episodes not counted)\n", k1, s.PassAtK[k1])
+		}
+	}
 	fmt.Fprintf(&b, "%d %s (%d re-queued), %d steps; step latency p50 %s p90 %s p99 %s; %.1f episodes/min over %s\n",
 		s.Episodes, plural(s.Episodes, "episode"), s.Requeued, s.Steps, fmtMS(s.StepLatency.P50), fmtMS(s.StepLatency.P90), fmtMS(s.StepLatency.P99),
 		s.EpisodesPerMinute, (time.Duration(s.ElapsedS * float64(time.Second))).Round(100*time.Millisecond))

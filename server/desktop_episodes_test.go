@@ -174,9 +174,9 @@ func TestDesktopEpisodes(t *testing.T) {
 			t.Errorf("%s: %d %s", name, r.status, r.raw)
 		}
 	}
-	// Episodes run in browser or desktop sandboxes only.
-	if r := call(t, srv, "POST", "/episodes", map[string]any{"task_id": "xterm-hello", "sandbox": map[string]any{"kind": "shell"}}); r.status != 422 || !strings.Contains(string(r.raw), "kind") {
-		t.Errorf("shell episode: %d %s", r.status, r.raw)
+	// Episodes run in browser, desktop or shell sandboxes only.
+	if r := call(t, srv, "POST", "/episodes", map[string]any{"task_id": "xterm-hello", "sandbox": map[string]any{"kind": "vnc"}}); r.status != 422 || !strings.Contains(string(r.raw), "kind") {
+		t.Errorf("vnc episode: %d %s", r.status, r.raw)
 	}
 	if list := call(t, srv, "GET", "/episodes", nil); strings.Count(string(list.raw), `"kind":"desktop"`) != 2 {
 		t.Errorf("episodes: %s", list.raw)

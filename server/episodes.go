@@ -29,8 +29,9 @@ import (
 )
 
 // Episodes: the RL loop, one call per step (API.md "Episodes"). An episode
-// owns a browser or desktop sandbox from create to finish; its steps are
-// forwarded to the sandbox's browser or desktop daemon and recorded;
+// owns a browser, desktop or shell sandbox from create to finish; its
+// steps are forwarded to the sandbox's browser or desktop daemon, or run
+// as commands, file writes and patches in a shell sandbox, and recorded;
 // finish runs the task's evaluator. The episode's state, its rules and its
 // persistence are package episodes'; these handlers decode, drive the
 // sandbox and render.
@@ -48,7 +49,7 @@ const (
 
 func (s *Server) episodeRoutes() []route {
 	return append([]route{
-		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, or a desktop sandbox (setup.sandbox or sandbox kind \"desktop\"); returns the first observation",
+		{method: "POST", path: "/episodes", summary: "Start an episode: a browser sandbox on the task's start URL, a desktop sandbox (setup.sandbox or sandbox kind \"desktop\") or a shell sandbox (kind \"shell\"); returns the first observation",
 			request: episodeRequestDoc{}, response: api.EpisodeStart{}, handler: s.createEpisode},
 		{method: "GET", path: "/episodes", summary: "List episodes", response: api.EpisodeList{}, handler: s.listEpisodes},
 		{method: "GET", path: "/episodes/:id", summary: "An episode: status, steps so far, outcome", response: api.EpisodeStatus{}, handler: s.getEpisode},
@@ -269,6 +270,10 @@ func (s *Server) episodeSandbox(task tasks.Task, raw json.RawMessage, total time
 func episodeKind(p *manager.CreateParams, task tasks.Task) error {
 	switch p.Kind {
 	case api.KindBrowser:
+	case api.KindShell:
+		if err := task.CheckKind(api.KindShell); err != nil {
+			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s: %v", task.ID, err)
+		}
 	case api.KindDesktop:
 		if err := task.CheckKind(api.KindDesktop); err != nil {
 			return faults.Newf(faults.CodeTaskInvalid, faults.InvalidRequest, faults.Task, "task %s: %v", task.ID, err)
@@ -288,7 +293,7 @@ func episodeKind(p *manager.CreateParams, task tasks.Task) error {
 		}
 	default:
 		return faults.Validation(faults.FieldError{Type: "value_error", Loc: []any{"body", "sandbox", "kind"},
-			Msg: "episodes run in a \"browser\" or \"desktop\" sandbox", Input: p.Kind})
+			Msg: "episodes run in a \"browser\", \"desktop\" or \"shell\" sandbox", Input: p.Kind})
 	}
 	return nil
 }
@@ -308,6 +313,11 @@ func (s *Server) setupTask(ctx context.Context, id string, st *tasks.Setup) erro
 	}
 	fail := func(format string, a ...any) error {
 		return faults.Newf(faults.CodeTaskSetupFailed, faults.Unavailable, faults.Task, "task setup: "+format, a...)
+	}
+	if st.Repo != nil {
+		if err := s.setupRepo(ctx, id, st.Repo); err != nil {
+			return err
+		}
 	}
 	for _, f := range st.Files {
 		content := f.Base64
@@ -370,9 +380,19 @@ func (s *Server) runStep(ctx context.Context, ep *episodes.Episode, st episodes.
 	budget, cause := ep.StepTimeoutCause()
 	sctx, cancel := context.WithTimeoutCause(ctx, budget, cause)
 	defer cancel()
-	path, body := st.Request(ep.Desktop())
-	status, hdr, raw, err := s.agentCallHeader(sctx, ep.SandboxID, path, body)
-	var o episodes.Outcome
+	var (
+		o      episodes.Outcome
+		raw    []byte
+		status = http.StatusOK
+		hdr    = http.Header{}
+		err    error
+	)
+	if ep.Shell() {
+		o, raw, err = s.runShellStep(sctx, ep, st)
+	} else {
+		path, body := st.Request(ep.Desktop())
+		status, hdr, raw, err = s.agentCallHeader(sctx, ep.SandboxID, path, body)
+	}
 	if kind := hdr.Get(egress.HeaderInjected); kind != "" && !faults.IsNetwork(kind) {
 		// A step fault (a browser crash or hang) is tagged on the response
 		// only: its truth depends on its kind alone. Network faults come
@@ -399,6 +419,7 @@ func (s *Server) runStep(ctx context.Context, ep *episodes.Episode, st episodes.
 	case status != http.StatusOK:
 		i := envelopeError(status, raw).Info()
 		o.Error = &i
+	case ep.Shell():
 	default:
 		o.Decode(raw, ep.Kind)
 	}
@@ -552,7 +573,7 @@ func (s *Server) finishEpisode(c *gin.Context) error {
 	}
 	err = ep.Finish(req.Answer, func(tr evaluate.Trajectory) (evaluate.Result, error) {
 		env := evaluate.Env{Sandbox: evalSandbox{s: s, id: ep.SandboxID}}
-		if !ep.Desktop() {
+		if ep.Browser() {
 			env.Page = episodePage{s: s, sandboxID: ep.SandboxID, url: ep.LastURL}
 		}
 		return s.evaluator.Evaluate(ctx, *ep.Task.Eval, tr, env)

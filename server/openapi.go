@@ -119,8 +119,9 @@ var rawJSON = reflect.TypeFor[json.RawMessage]()
 // timeType is time.Time, which JSON carries as an RFC 3339 string.
 var timeType = reflect.TypeFor[time.Time]()
 
-// stepObservationType is api.StepObservation, whose JSON is a browser's or
-// a desktop's observation (its MarshalJSON), not its Go fields.
+// stepObservationType is api.StepObservation, whose JSON is a browser's,
+// a desktop's or a shell's observation (its MarshalJSON), not its Go
+// fields.
 var stepObservationType = reflect.TypeFor[api.StepObservation]()
 
 // schemaOf describes t, registering named structs under components.
@@ -139,7 +140,8 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 	case t == stepObservationType:
 		return map[string]any{"nullable": true, "oneOf": []any{
 			schemaOf(reflect.TypeFor[api.BrowserObservation](), schemas),
-			schemaOf(reflect.TypeFor[api.DesktopObservation](), schemas)}}
+			schemaOf(reflect.TypeFor[api.DesktopObservation](), schemas),
+			schemaOf(reflect.TypeFor[api.ShellObservation](), schemas)}}
 	case t.Name() == "Command" && t.Kind() == reflect.String, t.Name() == "HarnessList":
 		s = map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}
 	case t.Kind() == reflect.Struct:

@@ -56,6 +56,10 @@ type Config struct {
 	// ServicePublicURL is the scheme and host service URLs start with
 	// (SERVICE_PUBLIC_BASE_URL); empty = the request's own.
 	ServicePublicURL string
+	// RepoRoots are the directories of this host under which a task's
+	// setup.repo may name a repository or tarball (TASK_REPO_ROOTS,
+	// colon-separated); empty = tasks copy no repository from the host.
+	RepoRoots []string
 }
 
 // SiteHealth is what the server shows of the site breakers.

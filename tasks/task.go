@@ -23,9 +23,9 @@ const (
 	SourceMind2Web   = "mind2web"
 )
 
-// Task is one thing to do in a browser or on a desktop: where to start,
-// what to do, how to prepare the sandbox and how to tell whether it was
-// done.
+// Task is one thing to do in a browser, on a desktop or in a shell: where
+// to start, what to do, how to prepare the sandbox and how to tell whether
+// it was done.
 type Task struct {
 	ID              string `json:"id"`
 	Suite           string `json:"suite,omitempty"`
@@ -42,15 +42,55 @@ type Task struct {
 
 // Setup prepares a sandbox before the episode starts.
 type Setup struct {
+	// Repo is a repository copied into the sandbox first, before Files
+	// and Exec.
+	Repo  *Repo    `json:"repo,omitempty"`
 	Files []File   `json:"files,omitempty"`
 	Exec  []string `json:"exec,omitempty"`
 	// Sandbox is a fragment of a POST /sandboxes body (kind, browser,
 	// desktop, memory, ...) merged into the episode's sandbox request. Its
-	// kind is "browser" (the default) or "desktop".
+	// kind is "browser" (the default), "desktop" or "shell".
 	Sandbox json.RawMessage `json:"sandbox,omitempty"`
 }
 
-// Kind is the sandbox kind s asks for (api.KindBrowser, api.KindDesktop),
+// Repo is a repository on the server's host that a task's setup copies
+// into the sandbox: a directory (Path) or a tar archive (Tarball: .tar,
+// .tar.gz or .tgz), at Commit when set (a directory must then be a git
+// repository; an archive must hold one), into Dir (default: the sandbox's
+// working directory). The server reads only under the roots its
+// operator allows (TASK_REPO_ROOTS).
+type Repo struct {
+	Path    string `json:"path,omitempty"`
+	Tarball string `json:"tarball,omitempty"`
+	Commit  string `json:"commit,omitempty"`
+	Dir     string `json:"dir,omitempty"`
+}
+
+// gitRef is what Repo.Commit may hold: a hash, a tag or a branch name; it
+// is passed to git as an argument, so never an option.
+var gitRef = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$`)
+
+func (r *Repo) validate() error {
+	switch {
+	case (r.Path == "") == (r.Tarball == ""):
+		return fmt.Errorf("setup.repo: want one of path and tarball")
+	case r.Commit != "" && !gitRef.MatchString(r.Commit):
+		return fmt.Errorf("setup.repo.commit %q is not a commit, tag or branch name", r.Commit)
+	case r.Dir != "" && !strings.HasPrefix(r.Dir, "/"):
+		return fmt.Errorf("setup.repo.dir %q is not an absolute path", r.Dir)
+	}
+	if r.Tarball != "" {
+		switch t := strings.ToLower(r.Tarball); {
+		case strings.HasSuffix(t, ".tar"), strings.HasSuffix(t, ".tar.gz"), strings.HasSuffix(t, ".tgz"):
+		default:
+			return fmt.Errorf("setup.repo.tarball %q: want a .tar, .tar.gz or .tgz file", r.Tarball)
+		}
+	}
+	return nil
+}
+
+// Kind is the sandbox kind s asks for (api.KindBrowser, api.KindDesktop,
+// api.KindShell),
 // or "" when it names none or s is nil.
 func (s *Setup) Kind() string {
 	if s == nil || len(s.Sandbox) == 0 {
@@ -104,10 +144,14 @@ const (
 //     finishes (in a desktop sandbox with DISPLAY set); it must exit 0
 //     and, when Text is set, print Text on stdout (whitespace-normalised;
 //     case too unless CaseSensitive). For checks of what an app left
-//     behind: a file it saved, a setting it changed.
+//     behind: a file it saved, a setting it changed. With FailToPass or
+//     PassToPass (SWE-bench's FAIL_TO_PASS and PASS_TO_PASS), Command
+//     holds {test} and runs once per listed test with {test} replaced by
+//     the test's name (shell-quoted): every test of both lists must exit
+//     0, and each is reported pass or fail.
 //
 // url_match, dom_match and js look at the final page, so they need a
-// browser episode; answer_match, judge and exec work in both kinds.
+// browser episode; answer_match, judge and exec work in every kind.
 type Eval struct {
 	Type          string   `json:"type"`
 	Mode          string   `json:"mode,omitempty"`
@@ -121,7 +165,13 @@ type Eval struct {
 	Script        string   `json:"script,omitempty"`
 	Criteria      string   `json:"criteria,omitempty"`
 	Command       string   `json:"command,omitempty"`
+	FailToPass    []string `json:"fail_to_pass,omitempty"`
+	PassToPass    []string `json:"pass_to_pass,omitempty"`
 }
+
+// TestPlaceholder is what an exec eval's command holds where a test of
+// FailToPass or PassToPass goes.
+const TestPlaceholder = "{test}"
 
 // NeedsPage reports whether e reads the final page of a browser, which a
 // desktop episode does not have.
@@ -156,6 +206,9 @@ func (e Eval) MatchMode() string {
 
 // Validate reports what is wrong with e, as a plain error.
 func (e Eval) Validate() error {
+	if e.Type != EvalExec && len(e.FailToPass)+len(e.PassToPass) > 0 {
+		return fmt.Errorf("eval: fail_to_pass and pass_to_pass belong to an exec eval")
+	}
 	switch e.Type {
 	case EvalAnswerMatch:
 		switch e.MatchMode() {
@@ -204,6 +257,15 @@ func (e Eval) Validate() error {
 		if strings.TrimSpace(e.Command) == "" {
 			return fmt.Errorf("eval: exec needs command")
 		}
+		lists := len(e.FailToPass) + len(e.PassToPass)
+		if has := strings.Contains(e.Command, TestPlaceholder); has != (lists > 0) {
+			return fmt.Errorf("eval: exec command holds %s exactly when fail_to_pass or pass_to_pass lists tests", TestPlaceholder)
+		}
+		for _, t := range append(append([]string(nil), e.FailToPass...), e.PassToPass...) {
+			if strings.TrimSpace(t) == "" {
+				return fmt.Errorf("eval: empty test name in fail_to_pass or pass_to_pass")
+			}
+		}
 	case "":
 		return fmt.Errorf("eval: missing type")
 	default:
@@ -248,11 +310,11 @@ func (t Task) Validate() error {
 }
 
 // CheckKind reports, as a plain error, why t cannot run in a sandbox of
-// kind (api.KindBrowser, api.KindDesktop; "" is browser): an eval that
-// reads the final page needs a browser.
+// kind (api.KindBrowser, api.KindDesktop, api.KindShell; "" is browser):
+// an eval that reads the final page needs a browser.
 func (t Task) CheckKind(kind string) error {
-	if kind == api.KindDesktop && t.Eval != nil && t.Eval.NeedsPage() {
-		return fmt.Errorf("eval: %s reads the final page of a browser, and a desktop episode has none (use exec, answer_match or judge)", t.Eval.Type)
+	if (kind == api.KindDesktop || kind == api.KindShell) && t.Eval != nil && t.Eval.NeedsPage() {
+		return fmt.Errorf("eval: %s reads the final page of a browser, and a %s episode has none (use exec, answer_match or judge)", t.Eval.Type, kind)
 	}
 	return nil
 }
@@ -279,6 +341,11 @@ func checkStartURL(s string) error {
 }
 
 func (s *Setup) validate() error {
+	if s.Repo != nil {
+		if err := s.Repo.validate(); err != nil {
+			return err
+		}
+	}
 	for i, f := range s.Files {
 		if strings.TrimSpace(f.Path) == "" {
 			return fmt.Errorf("setup.files[%d]: missing path", i)
@@ -303,9 +370,9 @@ func (s *Setup) validate() error {
 			return fmt.Errorf("setup.sandbox: not a JSON object")
 		}
 		switch k := m["kind"]; k {
-		case nil, api.KindBrowser, api.KindDesktop:
+		case nil, api.KindBrowser, api.KindDesktop, api.KindShell:
 		default:
-			return fmt.Errorf("setup.sandbox.kind %v: episodes run in a browser or desktop sandbox", jsonText(k))
+			return fmt.Errorf("setup.sandbox.kind %v: episodes run in a browser, desktop or shell sandbox", jsonText(k))
 		}
 		// A POST /sandboxes body, decoded as strictly as the task: a typo
 		// here would silently change the sandbox the task runs in.
@@ -336,11 +403,17 @@ func (t Task) clone() Task {
 		s.Files = append([]File(nil), s.Files...)
 		s.Exec = append([]string(nil), s.Exec...)
 		s.Sandbox = append(json.RawMessage(nil), s.Sandbox...)
+		if s.Repo != nil {
+			r := *s.Repo
+			s.Repo = &r
+		}
 		t.Setup = &s
 	}
 	if t.Eval != nil {
 		e := *t.Eval
 		e.References = append([]string(nil), e.References...)
+		e.FailToPass = append([]string(nil), e.FailToPass...)
+		e.PassToPass = append([]string(nil), e.PassToPass...)
 		if e.Count != nil {
 			c := *e.Count
 			e.Count = &c

@@ -110,7 +110,19 @@ func TestParseErrors(t *testing.T) {
 		{"yaml bad shape", "s.yaml", "suites: s\n", []string{"s.yaml"}},
 		{"empty", "t.jsonl", "\n// nothing\n", []string{"no tasks"}},
 		{"exec no command", "t.jsonl", `{"id":"a","start_url":"https://e.com","question":"q","eval":{"type":"exec","text":"x"}}`, []string{"line 1", "exec needs command"}},
-		{"shell sandbox", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}}}`, []string{"line 1", `setup.sandbox.kind "shell"`}},
+		{"vnc sandbox", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"vnc"}}}`, []string{"line 1", `setup.sandbox.kind "vnc"`}},
+		{"url_match in a shell", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"url_match","url":"https://e.com"}}`, []string{"line 1", "shell episode has none"}},
+		{"repo unknown field", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","comit":"abc"}}}`, []string{"line 1", "comit"}},
+		{"repo path and tarball", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","tarball":"/r.tar"}}}`, []string{"line 1", "one of path and tarball"}},
+		{"repo neither", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"commit":"abc"}}}`, []string{"line 1", "one of path and tarball"}},
+		{"repo commit option", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","commit":"--upload-pack=x"}}}`, []string{"line 1", "setup.repo.commit"}},
+		{"repo not a tarball", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"tarball":"/r.zip"}}}`, []string{"line 1", ".tgz"}},
+		{"repo relative dir", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","dir":"src"}}}`, []string{"line 1", "setup.repo.dir"}},
+		{"tests without placeholder", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"exec","command":"pytest","fail_to_pass":["t1"]}}`, []string{"line 1", "{test}"}},
+		{"placeholder without tests", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"exec","command":"pytest {test}"}}`, []string{"line 1", "{test}"}},
+		{"empty test name", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"exec","command":"pytest {test}","pass_to_pass":[" "]}}`, []string{"line 1", "empty test name"}},
+		{"tests on answer_match", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"answer_match","references":["x"],"fail_to_pass":["t"]}}`, []string{"line 1", "belong to an exec eval"}},
+		{"misspelt fail_to_pass", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"exec","command":"t {test}","fail_to_pas":["t"]}}`, []string{"line 1", "fail_to_pas"}},
 		{"dom_match on a desktop", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"desktop"}},"eval":{"type":"dom_match","selector":"#r"}}`, []string{"line 1", "dom_match reads the final page"}},
 	}
 	for _, tt := range tests {
@@ -289,5 +301,26 @@ func TestDesktopTask(t *testing.T) {
 	}
 	if (*Setup)(nil).Kind() != "" {
 		t.Error("nil setup has a kind")
+	}
+}
+
+func TestShellTask(t *testing.T) {
+	t.Parallel()
+	ts, err := Parse(strings.NewReader(`{"id":"s","question":"Fix add.","setup":{"sandbox":{"kind":"shell"},"repo":{"tarball":"/srv/r.tar.gz","commit":"v1.2","dir":"/workspace/r"},"files":[{"path":"/workspace/a.py","content":"x"}]},`+
+		`"eval":{"type":"exec","command":"python3 -m unittest {test}","fail_to_pass":["t.T.test_add"],"pass_to_pass":["t.T.test_sub"]}}`), "s.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := ts[0]
+	if task.Setup.Kind() != "shell" || task.Setup.Repo.Commit != "v1.2" || task.Setup.Repo.Dir != "/workspace/r" {
+		t.Errorf("setup = %+v", task.Setup)
+	}
+	if e := task.Eval; len(e.FailToPass) != 1 || len(e.PassToPass) != 1 || e.NeedsPage() {
+		t.Errorf("eval = %+v", e)
+	}
+	c := task.clone()
+	c.Setup.Repo.Commit, c.Eval.FailToPass[0] = "x", "y"
+	if task.Setup.Repo.Commit != "v1.2" || task.Eval.FailToPass[0] != "t.T.test_add" {
+		t.Error("clone shares the repo or the test lists")
 	}
 }

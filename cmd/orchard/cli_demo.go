@@ -10,22 +10,26 @@ import (
 
 	"github.com/orchard/orchard/recordings"
 	"github.com/orchard/orchard/sites"
+	"github.com/orchard/orchard/swe"
 	"github.com/orchard/orchard/tasks"
 )
 
 func demoCmd(getenv func(string) string) *cobra.Command {
 	var (
-		n   int
-		out string
+		n     int
+		out   string
+		suite string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the bundled tasks on an embedded server and export their replays",
 		Long: `Start a server in this process (local runtime, memory store, temporary
-state; needs root and Chromium), run the first --tasks tasks of the bundled
-suite with their scripts, two at a time, recording every step, and export
-each episode's replay into --out: a self-contained HTML page and a GIF.
-Prints the summary and the paths of the replays.`,
+state; needs root, and Chromium for the browser suite), run --tasks tasks
+of a bundled suite with their scripts, two at a time, recording every
+step, and export each episode's replay into --out: a self-contained HTML
+page and a GIF. --suite is "bundled" (browser tasks over the offline
+sites) or "swe" (shell tasks: fix a bug in a small repository). Prints
+the summary and the paths of the replays.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 1 {
@@ -38,12 +42,20 @@ Prints the summary and the paths of the replays.`,
 				return err
 			}
 			defer emb.stop(stderr)
-			suite, err := sites.Suite()
+			var ts []tasks.Task
+			switch suite {
+			case sites.SuiteName:
+				ts, err = sites.Suite()
+			case swe.SuiteName:
+				ts, err = swe.Suite()
+			default:
+				err = fmt.Errorf("--suite %q: want %s or %s", suite, sites.SuiteName, swe.SuiteName)
+			}
 			if err != nil {
 				return err
 			}
-			o := runOptions{policy: "scripted", concurrency: 2, taskIDs: spread(suite, n), record: true, attempts: 2, requeue: n}
-			s, err := runSummary(ctx, emb.client, sites.SuiteName, o, stderr)
+			o := runOptions{policy: "scripted", concurrency: 2, taskIDs: spread(ts, n), record: true, attempts: 1, requeueTask: 2, requeue: n}
+			s, err := runSummary(ctx, emb.client, suite, o, stderr)
 			if s == nil {
 				return err
 			}
@@ -79,6 +91,7 @@ Prints the summary and the paths of the replays.`,
 	f := cmd.Flags()
 	f.IntVar(&n, "tasks", 6, "how many bundled tasks to run")
 	f.StringVar(&out, "out", "orchard-demo", "directory for the replays")
+	f.StringVar(&suite, "suite", sites.SuiteName, "the bundled suite to run: bundled (browser) or swe (shell)")
 	return cmd
 }
 

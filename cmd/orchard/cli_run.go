@@ -23,6 +23,7 @@ import (
 	"github.com/orchard/orchard/runner"
 	"github.com/orchard/orchard/runtime/local"
 	"github.com/orchard/orchard/sites"
+	"github.com/orchard/orchard/swe"
 	"github.com/orchard/orchard/tasks"
 )
 
@@ -34,6 +35,7 @@ type runOptions struct {
 	taskIDs     []string
 	requeue     int
 	attempts    int
+	requeueTask int
 	maxSteps    int
 	faultsFile  string
 	scriptsFile string
@@ -44,30 +46,48 @@ type runOptions struct {
 }
 
 func runCmd(conn *connection) *cobra.Command {
-	var o runOptions
+	var (
+		o     runOptions
+		suite string
+	)
 	cmd := &cobra.Command{
-		Use:   "run SUITE",
+		Use:   "run SUITE | --suite SUITE",
 		Short: "Run a task suite's episodes with a policy and summarize the outcomes",
 		Long: `Run every task of SUITE as an episode, several at a time, and print a summary:
 outcome, reward, steps and attribution per task; success rate; env_errors
 by source and code; step latency percentiles; episodes per minute.
 
 SUITE is a suite already loaded on the server, a task file (JSONL, JSON or
-YAML, uploaded to the server as the suite named after the file), or
-"bundled", the suite built into Orchard.
+YAML, uploaded to the server as the suite named after the file),
+"bundled", the browser suite built into Orchard, or "swe", the built-in
+software-engineering suite (shell episodes over small repositories); it is
+given as the argument or as --suite, as orchard demo takes it.
 
---policy is "scripted" (replays the bundled suite's scripts, or those of
+--policy is "scripted" (replays the bundled suites' scripts, or those of
 --scripts FILE: {"task_id": [action, ...]}), "random" (a seeded random
 baseline) or the URL of a policy server, which is POSTed {task,
 observation, step, max_steps, history} before each step and answers
 {"action": {...}}.
 
-Episodes that end env_error (the environment's fault) are run again as new
-episodes, up to --attempts per task and --requeue in all. The command exits
-0 when the run completed, whatever the outcomes; non-zero when something
-stopped it.`,
-		Args: cobra.ExactArgs(1),
+--attempts K runs every task K times and scores pass@1 and pass@K with the
+unbiased estimator 1 - C(n-c,k)/C(n,k) (n the task's scored episodes, c
+those that succeeded), per task and over the tasks, in the table and in
+--json ("attempts", "pass_at_k").
+
+Episodes that end env_error (the environment's fault) are not scored: they
+are run again as new episodes, up to --requeue-attempts per attempt and
+--requeue in all. The command exits 0 when the run completed, whatever the
+outcomes; non-zero when something stopped it.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 1 && suite != "" && args[0] != suite:
+				return fmt.Errorf("two suites: %q and --suite %q", args[0], suite)
+			case len(args) == 1:
+				suite = args[0]
+			case suite == "":
+				return fmt.Errorf("no suite: give it as the argument or as --suite")
+			}
 			ctx := cmd.Context()
 			c := conn.client()
 			if o.inProcess {
@@ -78,16 +98,18 @@ stopped it.`,
 				defer emb.stop(cmd.ErrOrStderr())
 				c = emb.client
 			}
-			return runSuite(ctx, c, args[0], o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runSuite(ctx, c, suite, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&suite, "suite", "", "the suite, instead of the argument")
 	f.StringVar(&o.policy, "policy", "scripted", "scripted, random, or the URL of a policy server")
 	f.IntVar(&o.concurrency, "concurrency", 2, "episodes at once")
 	f.IntVar(&o.limit, "limit", 0, "run only the first N tasks (0: all)")
 	f.StringSliceVar(&o.taskIDs, "tasks", nil, "run only these task ids (comma separated)")
 	f.IntVar(&o.requeue, "requeue", 10, "re-queues of env_error episodes allowed in the whole run")
-	f.IntVar(&o.attempts, "attempts", 3, "episodes per task at most, re-queues included")
+	f.IntVar(&o.attempts, "attempts", 1, "scored episodes per task (K of pass@K)")
+	f.IntVar(&o.requeueTask, "requeue-attempts", 3, "episodes per attempt at most, env_error re-queues included")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "steps per episode at most (0: the task's, or 30)")
 	f.StringVar(&o.faultsFile, "faults", "", "a fault plan (JSON) injected into every episode's sandbox")
 	f.StringVar(&o.scriptsFile, "scripts", "", "scripts of the scripted policy: a JSON object of task id to actions")
@@ -142,6 +164,9 @@ func writeReport(path, title string, s *runner.Summary) error {
 // runSummary loads the suite, runs it and returns the summary: nil when
 // nothing ran.
 func runSummary(ctx context.Context, c *client.Client, suite string, o runOptions, errOut io.Writer) (*runner.Summary, error) {
+	if o.attempts < 1 {
+		return nil, fmt.Errorf("--attempts must be at least 1")
+	}
 	ts, err := loadSuite(ctx, c, suite)
 	if err != nil {
 		return nil, err
@@ -155,7 +180,7 @@ func runSummary(ctx context.Context, c *client.Client, suite string, o runOption
 	}
 	cfg := runner.Config{
 		Client: c, Tasks: ts, Policy: policy, Concurrency: o.concurrency, MaxSteps: o.maxSteps, Record: o.record,
-		Requeue: runner.Requeue{MaxAttempts: o.attempts, Budget: o.requeue},
+		Requeue: runner.Requeue{MaxAttempts: o.requeueTask, Budget: o.requeue}, Samples: o.attempts,
 	}
 	if o.faultsFile != "" {
 		plan, err := os.ReadFile(o.faultsFile)
@@ -194,6 +219,12 @@ func loadSuite(ctx context.Context, c *client.Client, suite string) ([]tasks.Tas
 			b.Write(append(line, '\n'))
 		}
 		name, data = sites.SuiteName+".jsonl", b.Bytes()
+	case suite == swe.SuiteName:
+		b, err := swe.SuiteJSONL()
+		if err != nil {
+			return nil, fmt.Errorf("swe suite: %w", err)
+		}
+		name, data = swe.SuiteName+".jsonl", b
 	case err == nil && st.Mode().IsRegular():
 		if data, err = os.ReadFile(suite); err != nil {
 			return nil, err
@@ -236,11 +267,20 @@ func selectTasks(ts []tasks.Task, ids []string, limit int) ([]tasks.Task, error)
 	return ts, nil
 }
 
+// bundledScript is the reference script of a task of a bundled suite:
+// the sites' or the SWE suite's.
+func bundledScript(id string) ([]json.RawMessage, bool) {
+	if s, ok := sites.Script(id); ok {
+		return s, true
+	}
+	return swe.Script(id)
+}
+
 // policyFactory is the policy --policy names.
 func policyFactory(o runOptions) (runner.Factory, error) {
 	switch p := o.policy; {
 	case p == "scripted":
-		lookup := sites.Script
+		lookup := bundledScript
 		if o.scriptsFile != "" {
 			raw, err := os.ReadFile(o.scriptsFile)
 			if err != nil {
@@ -254,7 +294,7 @@ func policyFactory(o runOptions) (runner.Factory, error) {
 				if s, ok := scripts[id]; ok {
 					return s, true
 				}
-				return sites.Script(id)
+				return bundledScript(id)
 			}
 		}
 		return runner.Scripted(lookup), nil

@@ -106,3 +106,74 @@ func TestDemo(t *testing.T) {
 		t.Errorf("gif: %v", err)
 	}
 }
+
+// `orchard run swe --attempts 2` runs shell episodes of the SWE suite on
+// its own server, scores pass@1 and pass@2 in the table and the JSON.
+func TestRunSWEAttempts(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "summary.json")
+	c := &cli{t: t, env: map[string]string{"ORCHARD_AGENT": testenv.AgentBinary(t)}}
+	stdout, stderr, err := c.run("", "run", "--suite", "swe", "--in-process", "--tasks", "py-clamp,c-gcd", "--attempts", "2", "--json", out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "pass@1 1.000, pass@2 1.000 over 2 attempts per task") || !strings.Contains(stdout, "PASS@2") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	var s struct {
+		Attempts int                `json:"attempts"`
+		PassAtK  map[string]float64 `json:"pass_at_k"`
+		Tasks    []struct {
+			TaskID  string             `json:"task_id"`
+			PassAtK map[string]float64 `json:"pass_at_k"`
+			Scored  int                `json:"scored"`
+		} `json:"tasks"`
+	}
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &s); err != nil || s.Attempts != 2 || s.PassAtK["pass@1"] != 1 || s.PassAtK["pass@2"] != 1 || len(s.Tasks) != 2 {
+		t.Fatalf("summary JSON: %v\n%s", err, b)
+	}
+	for _, tr := range s.Tasks {
+		if tr.Scored != 2 || tr.PassAtK["pass@2"] != 1 {
+			t.Errorf("task %s: %+v", tr.TaskID, tr)
+		}
+	}
+	if _, _, err := c.run("", "run", "swe", "--in-process", "--attempts", "0"); err == nil || !strings.Contains(err.Error(), "--attempts") {
+		t.Errorf("--attempts 0: %v", err)
+	}
+	if _, _, err := c.run("", "run", "swe", "--suite", "bundled"); err == nil || !strings.Contains(err.Error(), "two suites") {
+		t.Errorf("two suites: %v", err)
+	}
+	if _, _, err := c.run("", "run"); err == nil || !strings.Contains(err.Error(), "no suite") {
+		t.Errorf("no suite: %v", err)
+	}
+}
+
+// `orchard demo --suite swe` runs shell tasks and leaves an HTML replay and
+// a GIF of text frames per task.
+func TestDemoSWE(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	c := &cli{t: t, env: map[string]string{"ORCHARD_AGENT": testenv.AgentBinary(t)}}
+	stdout, stderr, err := c.run("", "demo", "--suite", "swe", "--tasks", "2", "--out", dir)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "2 tasks: 2 success") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	gifs, _ := filepath.Glob(filepath.Join(dir, "*.gif"))
+	htmls, _ := filepath.Glob(filepath.Join(dir, "*.html"))
+	if len(gifs) != 2 || len(htmls) != 2 {
+		t.Fatalf("replays: %v %v", gifs, htmls)
+	}
+	g, err := os.ReadFile(gifs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if anim, err := gif.DecodeAll(bytes.NewReader(g)); err != nil || len(anim.Image) != 4 {
+		t.Errorf("gif: %v", err)
+	}
+	if _, _, err := c.run("", "demo", "--suite", "nope"); err == nil || !strings.Contains(err.Error(), "--suite") {
+		t.Errorf("--suite nope: %v", err)
+	}
+}

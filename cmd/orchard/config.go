@@ -186,6 +186,7 @@ func loadEnv(cfg *Config, getenv func(string) string, flagSet func(string) bool)
 
 	str("SERVICE_NAME", &cfg.Server.ServiceName)
 	str("SERVICE_PUBLIC_BASE_URL", &cfg.Server.ServicePublicURL)
+	paths("TASK_REPO_ROOTS", &cfg.Server.RepoRoots)
 	if v := getenv("API_KEYS"); v != "" {
 		for _, k := range keySplit.Split(v, -1) {
 			if k != "" {

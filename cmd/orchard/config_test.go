@@ -103,3 +103,18 @@ func TestLoadEnvKubeFlags(t *testing.T) {
 		})
 	}
 }
+
+// TASK_REPO_ROOTS lists the host directories tasks may copy repositories
+// from, separated as PATH is; unset, none.
+func TestLoadEnvRepoRoots(t *testing.T) {
+	for env, want := range map[string][]string{"": nil, "/srv/repos::/data/swe": {"/srv/repos", "/data/swe"}} {
+		getenv := func(k string) string { return map[string]string{"TASK_REPO_ROOTS": env}[k] }
+		cfg := defaultConfig(getenv)
+		if err := loadEnv(&cfg, getenv, func(string) bool { return false }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cfg.Server.RepoRoots, want) {
+			t.Errorf("TASK_REPO_ROOTS=%q: %q, want %q", env, cfg.Server.RepoRoots, want)
+		}
+	}
+}

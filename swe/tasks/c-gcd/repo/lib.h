@@ -1,0 +1,1 @@
+unsigned gcd(unsigned a, unsigned b);

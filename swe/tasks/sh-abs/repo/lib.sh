@@ -1,0 +1,4 @@
+# abs prints the absolute value of the integer $1.
+abs() {
+  echo "$1"
+}
