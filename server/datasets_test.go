@@ -131,6 +131,11 @@ func TestDatasetsFromEpisodes(t *testing.T) {
 	for i := range 3 {
 		fmt.Fprintf(&suite, task+"\n", i, i, i, i)
 	}
+	// And two shell tasks: one the policy solves, one it does not.
+	shell := `{"id":"s%d","question":"Make /workspace/t.sh pass.","setup":{"files":[{"path":"/workspace/t.sh","content":"test -e /workspace/ok\n"}],"sandbox":{"kind":"shell","block_network":true}},"eval":{"type":"exec","command":"sh {test}","fail_to_pass":["/workspace/t.sh"]}}`
+	for i := range 2 {
+		fmt.Fprintf(&suite, shell+"\n", i)
+	}
 	if r := call(t, srv, "POST", "/tasks?suite=mini&name=mini.jsonl", suite.String()); r.status != 200 {
 		t.Fatalf("load suite: %d %s", r.status, r.raw)
 	}
@@ -151,34 +156,74 @@ func TestDatasetsFromEpisodes(t *testing.T) {
 			t.Fatalf("finish: %d %s", r.status, r.raw)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/datasets", strings.NewReader(`{"select":{"suite":"mini"},"splits":{"test_percent":50}}`))
-	req.Header.Set("X-API-Key", srv.APIKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("%d %s", resp.StatusCode, b)
-	}
-	files := map[string][]byte{}
-	tr := tar.NewReader(resp.Body)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
+	for i := range 2 {
+		r := call(t, srv, "POST", "/episodes", map[string]any{"task_id": fmt.Sprintf("mini/s%d", i)})
+		if r.status != 200 {
+			t.Fatalf("start shell: %d %s", r.status, r.raw)
 		}
+		id := r.body["episode_id"].(string)
+		actions := []map[string]any{{"type": "exec", "command": "sh /workspace/t.sh"}}
+		if i == 0 {
+			actions = append(actions, map[string]any{"type": "write_file", "path": "/workspace/ok", "content": "yes"})
+		}
+		for _, a := range actions {
+			if r := call(t, srv, "POST", "/episodes/"+id+"/step", map[string]any{"action": a}); r.status != 200 {
+				t.Fatalf("shell step: %d %s", r.status, r.raw)
+			}
+		}
+		if r := call(t, srv, "POST", "/episodes/"+id+"/finish", nil); r.status != 200 {
+			t.Fatalf("finish shell: %d %s", r.status, r.raw)
+		}
+	}
+	build := func(body string) (map[string][]byte, dataset.Manifest) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/datasets", strings.NewReader(body))
+		req.Header.Set("X-API-Key", srv.APIKey)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[h.Name], _ = io.ReadAll(tr)
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		files := map[string][]byte{}
+		tr := tar.NewReader(resp.Body)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name], _ = io.ReadAll(tr)
+		}
+		var man dataset.Manifest
+		if err := json.Unmarshal(files["manifest.json"], &man); err != nil {
+			t.Fatal(err)
+		}
+		return files, man
 	}
-	var man dataset.Manifest
-	if err := json.Unmarshal(files["manifest.json"], &man); err != nil {
-		t.Fatal(err)
+
+	// The shell layout takes the shell episodes of the mixed run, resolved
+	// or not, and leaves the browser ones out as of another kind.
+	shellFiles, sman := build(`{"select":{"suite":"mini"},"layout":"shell","splits":{"test_percent":50}}`)
+	if sman.Included != 2 || sman.Outcomes["success"] != 1 || sman.Outcomes["failure"] != 1 || sman.Excluded[dataset.ReasonKind] != 3 {
+		t.Fatalf("shell manifest: included %d outcomes %v excluded %v", sman.Included, sman.Outcomes, sman.Excluded)
 	}
-	if man.Included != 3 || man.Outcomes["success"] != 2 || man.Outcomes["failure"] != 1 {
+	for _, e := range sman.Recordings {
+		if e.Kind != "shell" || e.Steps < 2 {
+			t.Errorf("shell recording %+v", e)
+		}
+	}
+	if !strings.Contains(string(shellFiles["README.md"]), "resolved") {
+		t.Errorf("shell card without the resolved feature:\n%s", shellFiles["README.md"])
+	}
+
+	files, man := build(`{"select":{"suite":"mini"},"splits":{"test_percent":50}}`)
+	if man.Included != 3 || man.Outcomes["success"] != 2 || man.Outcomes["failure"] != 1 || man.Excluded[dataset.ReasonKind] != 2 {
 		t.Fatalf("manifest: included %d outcomes %v excluded %v", man.Included, man.Outcomes, man.Excluded)
 	}
 	for _, e := range man.Recordings {

@@ -31,12 +31,18 @@ DESKTOP_TASK = {"id": "env-desk", "question": "Say 2.",
                 "eval": {"type": "answer_match", "references": ["2"]}}
 
 
+SHELL_TASK = {"id": "env-shell", "question": "Make /workspace/test.sh pass.",
+              "setup": {"files": [{"path": "/workspace/test.sh", "content": "test \"$(cat /workspace/v 2>/dev/null)\" = 2\n"}],
+                        "sandbox": {"kind": "shell", "block_network": True}},
+              "eval": {"type": "exec", "command": "sh {test}", "fail_to_pass": ["/workspace/test.sh"]}}
+
+
 @unittest.skipUnless(os.environ.get("ORCHARD_URL"), "ORCHARD_URL not set: no server to test against")
 class EnvTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.c = Client()
-        cls.c.load_tasks("envtest", "\n".join(json.dumps(t) for t in (BROWSER_TASK, DESKTOP_TASK)) + "\n")
+        cls.c.load_tasks("envtest", "\n".join(json.dumps(t) for t in (BROWSER_TASK, DESKTOP_TASK, SHELL_TASK)) + "\n")
 
     def test_installed(self):
         if os.environ.get("ORCHARD_TEST_INSTALLED"):
@@ -70,6 +76,25 @@ class EnvTest(unittest.TestCase):
             self.assertEqual((info["outcome"], reward, info["env_error"]), ("failure", 0.0, False))
             ep = info["episode_id"]
         self.assertIn(self.c.json("GET", f"/episodes/{ep}")["status"], ("finished", "aborted"))
+
+    def test_shell_loop(self):
+        with OrchardEnv(task_id="envtest/env-shell", max_steps=5) as env:
+            obs, info = env.reset()
+            self.assertEqual(env.kind, "shell")
+            self.assertEqual(env.action_space.kind, "shell")
+            obs, reward, terminated, truncated, info = env.step({"type": "exec", "command": "sh /workspace/test.sh"})
+            self.assertTrue(env.observation_space.contains(obs), obs)
+            self.assertEqual((obs["exit_code"], terminated, truncated), (1, False, False), obs)
+            obs, _, _, _, _ = env.step({"type": "write_file", "path": "/workspace/v", "content": "2"})
+            obs, _, _, _, _ = env.step({"type": "exec", "command": "sh /workspace/test.sh && echo passed"})
+            self.assertEqual((obs["exit_code"], obs["stdout"]), (0, "passed\n"), obs)
+            obs, reward, terminated, truncated, info = env.step({"type": "submit"})
+            self.assertTrue(terminated, info)
+            self.assertEqual((info["outcome"], reward, info["env_error"]), ("success", 1.0, False), info)
+            # Without the fix the same task fails: the policy's failure.
+            env.reset()
+            _, reward, terminated, _, info = env.step({"type": "submit"})
+            self.assertEqual((terminated, info["outcome"], reward, info["env_error"]), (True, "failure", 0.0, False), info)
 
     def test_step_limit_truncates(self):
         with OrchardEnv(task_id="envtest/env-hello", max_steps=2) as env:
