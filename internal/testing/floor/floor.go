@@ -87,10 +87,9 @@ func Run(ctx context.Context, n, concurrency int, tmp string) (Result, error) {
 		return Result{}, fmt.Errorf("mount scratch tmpfs: %w", err)
 	}
 	defer unix.Unmount(base, unix.MNT_DETACH)
-	exe, err := os.Executable()
-	if err != nil {
-		return Result{}, err
-	}
+	// Not os.Executable: a binary re-executed from a sealed memfd has no
+	// path to run it by.
+	const exe = "/proc/self/exe"
 	cg := newCgroups(fmt.Sprintf("orchard-floor-%d", os.Getpid()))
 	defer cg.removeParent()
 
