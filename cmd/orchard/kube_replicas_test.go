@@ -17,7 +17,8 @@ type kubeSandbox struct {
 	ID     string `json:"sandbox_id"`
 	Status string `json:"status"`
 	Fault  *struct {
-		Code string `json:"code"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
 	} `json:"fault"`
 }
 
@@ -79,7 +80,7 @@ func TestServeOnKubeReplicas(t *testing.T) {
 	for i, id := range ids {
 		other := []*testserver.Process{b, a}[i%2]
 		if sb := waitOnKube(t, other, id); sb.Status != "ready" {
-			t.Fatalf("sandbox %s through the other replica: %+v", id, sb)
+			t.Fatalf("sandbox %s through the other replica: %+v (fault %+v)", id, sb, sb.Fault)
 		}
 	}
 	for _, p := range []*testserver.Process{a, b} {

@@ -405,7 +405,11 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Instance, error) {
 // instance is pod as the runtime interface reports it.
 func (r *Runtime) instance(pod *corev1.Pod) runtime.Instance {
 	id := pod.Labels[LabelSandbox]
-	inst := runtime.Instance{ID: id, CreatedAt: pod.CreationTimestamp.Time, Alive: pod.Status.Phase == corev1.PodRunning}
+	// Pending is not dead: this replica's informer can still show a pod
+	// as pending that another replica already saw running and recorded
+	// ready, and a ready record whose pod reads as dead is failed.
+	phase := pod.Status.Phase
+	inst := runtime.Instance{ID: id, CreatedAt: pod.CreationTimestamp.Time, Alive: phase == corev1.PodRunning || phase == corev1.PodPending}
 	for _, c := range pod.Spec.Containers {
 		if c.Name == containerName {
 			inst.Image = c.Image
