@@ -1,11 +1,9 @@
 package server
 
 import (
-	"archive/tar"
 	"bytes"
 	"errors"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,55 +73,11 @@ func (s *Server) buildDataset(c *gin.Context) error {
 	}
 	c.Header("Content-Type", "application/x-tar")
 	c.Status(http.StatusOK)
-	if err := writeTar(c.Writer, dir); err != nil {
+	if err := tarDir(dir, c.Writer); err != nil {
 		// Too late for an error body: break the connection so that the
 		// client sees a failed transfer, not a short archive.
 		s.log.Warn("dataset transfer aborted", "err", err)
 		panic(http.ErrAbortHandler)
 	}
 	return nil
-}
-
-// writeTar writes the files under dir to w, named relative to dir.
-func writeTar(w io.Writer, dir string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		hdr, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }

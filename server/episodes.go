@@ -353,23 +353,7 @@ func (s *Server) setupTask(ctx context.Context, id string, st *tasks.Setup) erro
 // died, it ran out of memory) is the environment's fault, returned as the
 // error; a non-zero exit or a timeout is the job's result.
 func (s *Server) execIn(ctx context.Context, id, cmd string, timeout int) (api.Job, error) {
-	job, err := s.mgr.Exec(ctx, id, manager.ExecParams{Command: cmd, TimeoutSeconds: timeout, Wait: true})
-	if err != nil {
-		return job, err
-	}
-	if f := job.Fault; f != nil {
-		info := faults.Info{Category: faults.Category(f.Category), Source: faults.Source(f.Source), Code: f.Code,
-			Message: f.Message, Retryable: f.Retryable}
-		if episodes.IsEnvFault(&info) {
-			return job, faults.FromInfo(info, 0)
-		}
-	}
-	if job.Status != api.JobSucceeded {
-		if d := s.mgr.DeathFault(ctx, id); d != nil {
-			return job, d
-		}
-	}
-	return job, nil
+	return s.execJob(ctx, id, manager.ExecParams{Command: cmd, TimeoutSeconds: timeout, Wait: true})
 }
 
 // runStep runs st in ep's sandbox (ep's lock held), moves ep past it and

@@ -192,8 +192,9 @@ func capOutput(out string, agentCut bool) (string, bool) {
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
-// execJob runs a command in sandbox id and waits for it, as execIn does,
-// with the action's cwd and environment.
+// execJob runs a command in sandbox id (p.Wait: and waits for it). A
+// command that failed because the sandbox failed under it is the
+// environment's fault, returned as the error (see execIn).
 func (s *Server) execJob(ctx context.Context, id string, p manager.ExecParams) (api.Job, error) {
 	job, err := s.mgr.Exec(ctx, id, p)
 	if err != nil {
@@ -374,6 +375,9 @@ func tarDir(dir string, w io.Writer) error {
 			return err
 		}
 		hdr.Name = filepath.ToSlash(rel)
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
 		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
