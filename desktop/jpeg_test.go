@@ -6,6 +6,7 @@ import (
 	"image/jpeg"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/orchard/orchard/internal/jpegenc"
 )
@@ -34,7 +35,11 @@ func TestScreenshotJPEG(t *testing.T) {
 		}
 		po, pr := psnr(t, img, ours.Bytes()), psnr(t, img, ref.Bytes())
 		t.Logf("q%d: PSNR %.2f dB (image/jpeg %.2f), %d bytes (image/jpeg %d)", q, po, pr, ours.Len(), ref.Len())
-		if po < pr-0.1 || ours.Len() > ref.Len()*103/100 {
+		// Within 0.2 dB (5 % more squared error). At q95, where most
+		// quantiser steps are 1 or 2, the float DCT's rounding against
+		// image/jpeg's integer one moves PSNR either way by up to about
+		// 0.1 dB depending on what the screen shows.
+		if po < pr-0.2 || ours.Len() > ref.Len()*103/100 {
 			t.Errorf("q%d: PSNR %.2f dB and %d bytes; image/jpeg %.2f dB and %d bytes", q, po, ours.Len(), pr, ref.Len())
 		}
 	}
@@ -55,8 +60,7 @@ func TestScreenshotJPEG(t *testing.T) {
 	}
 	// The xterm draws asynchronously: wait for the screen to change.
 	for range 50 {
-		shot, err := s.Screenshot(ctx, o)
-		if err != nil {
+		if _, err := s.Screenshot(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 		if s.jpeg.Reused() == stripes {
@@ -65,16 +69,36 @@ func TestScreenshotJPEG(t *testing.T) {
 		if got := s.jpeg.Reused(); got < stripes/2 {
 			t.Errorf("a typed line: only %d of %d stripes reused", got, stripes)
 		}
-		now, err := s.CaptureInto(ctx, nil)
+		break
+	}
+	if s.jpeg.Reused() == stripes {
+		t.Fatal("the screen did not change after typing")
+	}
+	// The xterm may still be drawing: compare a shot with the screen only
+	// when the screen was the same just before and just after it.
+	for range 50 {
+		before, err := s.CaptureInto(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := psnr(t, now, shot.Data); p < 30 {
+		shot, err := s.Screenshot(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := s.CaptureInto(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(before.Pix, after.Pix) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if p := psnr(t, after, shot.Data); p < 30 {
 			t.Errorf("after a typed line: PSNR %.2f dB against the screen", p)
 		}
 		return
 	}
-	t.Error("the screen did not change after typing")
+	t.Error("the screen never held still around a screenshot")
 }
 
 // psnr is the peak signal-to-noise ratio of the decoded JPEG data against
