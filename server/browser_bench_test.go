@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orchard/orchard/internal/chromium"
+	"github.com/orchard/orchard/internal/testing/floor"
 	"github.com/orchard/orchard/internal/testing/testenv"
 	"github.com/orchard/orchard/internal/testing/testserver"
 )
@@ -171,9 +173,13 @@ func logPSS(b testing.TB, id string) {
 // "navigate" reloads the page by navigating to it. The "-settle30" cases
 // send a request-level settle of 30 ms quiet / 10 ms idle instead of the
 // defaults (250 / 100). "memory" steps, then reports the PSS summed over the
-// sandbox's processes.
+// sandbox's processes, and as x_floor over the same browser binary's alone.
 func BenchmarkBrowserStep(b *testing.B) {
 	testenv.RequireChromium(b)
+	// The floor for "memory": the same browser binary alone, at its own
+	// defaults, on a one-button page, with nothing of Orchard's; measured
+	// before the sandbox starts, which would share the binary's pages.
+	fkb := browserFloor(b, 1)
 	srv := testserver.Start(b, testserver.Options{})
 	id, _ := benchBrowser(b, srv, "1Gi")
 	if os.Getenv("ORCHARD_BENCH_VIEWER") != "" {
@@ -229,6 +235,8 @@ func BenchmarkBrowserStep(b *testing.B) {
 		logPSS(b, id)
 		b.ReportMetric(float64(kb)/1024, "pss_MB")
 		b.ReportMetric(float64(n), "procs")
+		b.ReportMetric(float64(fkb)/1024, "floor_pss_MB")
+		b.ReportMetric(float64(kb)/float64(fkb), "x_floor")
 	})
 }
 
@@ -298,6 +306,31 @@ func BenchmarkBrowserConcurrent(b *testing.B) {
 		total += kb
 	}
 	b.ReportMetric(float64(total)/1024/float64(n), "pss_MB/sandbox")
+	// The floor: as many bare copies of the same browser binary at once,
+	// once the sandboxes are gone (they would share its pages otherwise).
+	for _, id := range ids {
+		if err := del(srv, id); err != nil {
+			b.Fatalf("delete %s: %v", id, err)
+		}
+	}
+	fkb := browserFloor(b, n)
+	b.ReportMetric(float64(fkb)/1024, "floor_pss_MB/browser")
+	b.ReportMetric(float64(total)/float64(n)/float64(fkb), "x_floor")
+}
+
+// browserFloor is floor.BrowserPSS for the binary a browser sandbox runs.
+func browserFloor(b *testing.B, n int) int64 {
+	exe, err := chromium.Find(chromium.Auto, true)
+	if err != nil {
+		b.Fatalf("find chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kb, err := floor.BrowserPSS(ctx, exe, n, 3*time.Second)
+	if err != nil {
+		b.Fatalf("browser floor: %v", err)
+	}
+	return kb
 }
 
 // BenchmarkBrowserReady: cold browser sandbox, POST /sandboxes kind browser

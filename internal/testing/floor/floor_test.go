@@ -3,8 +3,10 @@ package floor
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/orchard/orchard/internal/testing/testenv"
 )
@@ -34,6 +36,30 @@ func TestRunMakesBareContainers(t *testing.T) {
 				t.Errorf("cgroup left: %s%s", parent, e.Name())
 			}
 		}
+	}
+}
+
+// Two bare browsers each take memory, share their binary's pages (so each
+// takes less than one alone), and leave no process behind.
+func TestBrowserPSS(t *testing.T) {
+	exe := testenv.RequireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	one, err := BrowserPSS(ctx, exe, 1, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := BrowserPSS(ctx, exe, 2, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one browser %d kB; each of two %d kB", one, two)
+	if one < 10<<10 || two < 10<<10 || two >= one {
+		t.Errorf("PSS: one browser %d kB, each of two %d kB", one, two)
+	}
+	out, _ := exec.Command("pgrep", "-f", "orchard-floor-browser-").Output()
+	if len(out) > 0 {
+		t.Errorf("browsers left: %s", out)
 	}
 }
 
