@@ -60,9 +60,11 @@ func BrowserMain(ctx context.Context, args []string) error {
 	optJSON := fs.String("options", "{}", "browser options (JSON)")
 	profile := fs.String("profile", "", "profile directory kept across restarts (cookies, storage)")
 	stateFile := fs.String("state", "", "file recording the open tabs, reopened after a restart")
+	readyFD := fs.Int("ready-fd", -1, "file descriptor to write a byte to once serving")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	ready := readyPipe(*readyFD)
 	var opts api.BrowserOptions
 	if err := json.Unmarshal([]byte(*optJSON), &opts); err != nil {
 		return fmt.Errorf("browser options: %w", err)
@@ -109,6 +111,7 @@ func BrowserMain(ctx context.Context, args []string) error {
 	}), ReadHeaderTimeout: readHeaderTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	signalReady(ready)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -342,6 +345,26 @@ func observeOptions(q url.Values, defShot string) (api.Observe, error) {
 	return o, nil
 }
 
+// readyPipe takes the pipe the agent passed at fd (none when fd < 0) and
+// keeps it from the browser and every other program the daemon starts.
+func readyPipe(fd int) *os.File {
+	if fd < 0 {
+		return nil
+	}
+	syscall.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "ready")
+}
+
+// signalReady tells the agent, over its pipe, that the daemon listens
+// (connections queue on the socket until Serve takes them).
+func signalReady(f *os.File) {
+	if f == nil {
+		return
+	}
+	_, _ = f.Write([]byte{1})
+	_ = f.Close()
+}
+
 // stateBodyLimit bounds PUT /browser/state: the largest state plus room
 // for the JSON the decoder reads past a state's own bytes (whitespace).
 const stateBodyLimit = api.MaxBrowserStateBytes + 1<<20
@@ -439,12 +462,12 @@ func (s *Server) startDaemon(ctx context.Context, kind daemonKind, sock, opts st
 		s.log.Warn("daemon exited while starting; starting it again", "daemon", kind.name, "attempt", attempt, "err", err)
 	}
 	c, res, err := retry.DoValue(ctx, p, func(ctx context.Context, _ int) (*child, error) {
-		c, err := b.spawn()
+		c, ready, err := b.spawn()
 		if err != nil {
 			spawnFailed = true
 			return nil, err
 		}
-		if err := b.awaitReady(ctx, c); err != nil {
+		if err := b.awaitReady(ctx, c, ready); err != nil {
 			_ = c.signalGroup(syscall.SIGKILL)
 			return nil, err
 		}
@@ -472,32 +495,59 @@ var daemonStartRetry = retry.Policy{Attempts: daemonStartAttempts, Initial: 200 
 // starting; one that keeps exiting is misconfigured, not unlucky.
 const daemonStartAttempts = 3
 
-func (b *browserProc) spawn() (*child, error) {
+// spawn starts the daemon. The returned channel is closed when the daemon
+// says it serves: it writes a byte to the pipe at --ready-fd once it
+// listens, so a start is seen at once instead of at the next health
+// check (every 20 ms: half of that on average added to a sandbox's ready
+// time).
+func (b *browserProc) spawn() (*child, <-chan struct{}, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	logf, err := os.OpenFile(b.sock+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		logf = nil
 	}
-	var files []*os.File
 	if logf != nil {
 		defer logf.Close()
-		files = []*os.File{nil, logf, logf}
 	}
-	args := b.kind.args(exe, b.sock, b.opts)
-	return b.s.reaper.startProcess(func() (*os.Process, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.Close()
+	files := []*os.File{nil, logf, logf, w}
+	if logf == nil {
+		files[1], files[2] = nil, nil
+	}
+	args := append(b.kind.args(exe, b.sock, b.opts), "--ready-fd", "3")
+	c, err := b.s.reaper.startProcess(func() (*os.Process, error) {
 		return os.StartProcess(exe, args, &os.ProcAttr{
 			Files: files,
 			Env:   os.Environ(),
 			Sys:   &syscall.SysProcAttr{Setsid: true},
 		})
 	})
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	ready := make(chan struct{})
+	go func() {
+		defer r.Close()
+		// EOF (the daemon exited, or closed the pipe without a word)
+		// leaves readiness to the health checks and the exit to c.done.
+		if n, _ := r.Read(make([]byte, 1)); n == 1 {
+			close(ready)
+		}
+	}()
+	return c, ready, nil
 }
 
-// awaitReady waits until the daemon answers /health or dies.
-func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
+// awaitReady waits until the daemon says it serves (ready), answers
+// /health, or dies.
+func (b *browserProc) awaitReady(ctx context.Context, c *child, ready <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, browserStartTimeout)
 	defer cancel()
 	hc := &http.Client{Transport: b.proxy.Transport, Timeout: 2 * time.Second}
@@ -513,6 +563,9 @@ func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
 		wait, _ := poll.Next(err) // no Attempts or Budget: ctx bounds it
 		t := time.NewTimer(wait)
 		select {
+		case <-ready:
+			t.Stop()
+			return nil
 		case <-c.done:
 			t.Stop()
 			code, sig := c.exitCode()
@@ -526,8 +579,8 @@ func (b *browserProc) awaitReady(ctx context.Context, c *child) error {
 	}
 }
 
-// readyPoll spaces awaitReady's health checks: a daemon answers within
-// tens of milliseconds of its start, so checks stay that close.
+// readyPoll spaces awaitReady's health checks, which only matter for a
+// daemon that says nothing on its ready pipe.
 var readyPoll = retry.Policy{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond}
 
 // daemonRestart spaces supervise's restarts of a daemon that keeps dying,
@@ -564,9 +617,9 @@ func (b *browserProc) supervise(ctx context.Context, c *child) {
 			if restart.Wait(ctx, nil) != nil {
 				return
 			}
-			nc, serr := b.spawn()
+			nc, ready, serr := b.spawn()
 			if serr == nil {
-				if serr = b.awaitReady(ctx, nc); serr == nil {
+				if serr = b.awaitReady(ctx, nc, ready); serr == nil {
 					c = nc
 					restart.Reset()
 					b.mu.Lock()

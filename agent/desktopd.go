@@ -40,9 +40,11 @@ func DesktopMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("orchard-agent desktop", flag.ContinueOnError)
 	sock := fs.String("socket", desktopSocket, "unix socket to serve on")
 	optJSON := fs.String("options", "{}", "desktop options (JSON)")
+	readyFD := fs.Int("ready-fd", -1, "file descriptor to write a byte to once serving")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	ready := readyPipe(*readyFD)
 	var o api.DesktopOptions
 	if err := json.Unmarshal([]byte(*optJSON), &o); err != nil {
 		return fmt.Errorf("desktop options: %w", err)
@@ -65,6 +67,7 @@ func DesktopMain(ctx context.Context, args []string) error {
 	srv := &http.Server{Handler: desktopHandler(sess, vnc), ReadHeaderTimeout: readHeaderTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	signalReady(ready)
 	select {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

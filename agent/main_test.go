@@ -21,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeDaemonEnv) == "1" {
+		fakeDaemon(os.Args[1:])
+	}
 	goleak.VerifyTestMain(m)
 }
 
