@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -243,9 +245,14 @@ func BenchmarkBrowserStep(b *testing.B) {
 // BenchmarkBrowserConcurrent: 16 browser sandboxes (1 GiB each) each run
 // steps back to back for a fixed time; aggregate steps/s. The duration is
 // ORCHARD_BENCH_BROWSER_SECONDS (default 20) per iteration; the sandbox
-// count is ORCHARD_BENCH_BROWSERS (default 16).
+// count is ORCHARD_BENCH_BROWSERS (default 16). In the same run, once the
+// sandboxes are deleted: as many bare copies of the browser binary
+// (x_floor: PSS per sandbox over theirs), then as many Playwright browsers
+// clicking and taking a JPEG on the same page (x_playwright: steps/s over
+// theirs).
 func BenchmarkBrowserConcurrent(b *testing.B) {
 	testenv.RequireChromium(b)
+	node, pwDir := testenv.RequirePlaywright(b)
 	n := envInt("ORCHARD_BENCH_BROWSERS", 16)
 	dur := time.Duration(envInt("ORCHARD_BENCH_BROWSER_SECONDS", 20)) * time.Second
 	srv := testserver.Start(b, testserver.Options{})
@@ -316,6 +323,46 @@ func BenchmarkBrowserConcurrent(b *testing.B) {
 	fkb := browserFloor(b, n)
 	b.ReportMetric(float64(fkb)/1024, "floor_pss_MB/browser")
 	b.ReportMetric(float64(total)/float64(n)/float64(fkb), "x_floor")
+	// The baseline: as many Playwright browsers of the same binary, on
+	// the same page, clicking and taking a JPEG back to back as long.
+	pw := playwrightSteps(b, node, pwDir, n, dur)
+	b.ReportMetric(pw, "playwright_steps/s")
+	b.ReportMetric(float64(steps.Load())/elapsed.Seconds()/pw, "x_playwright")
+}
+
+// playwrightSteps runs testdata/playwright/steps.js: n Playwright browsers
+// stepping on testPage for dur; it returns their aggregate steps/s.
+func playwrightSteps(b *testing.B, node, dir string, n int, dur time.Duration) float64 {
+	exe, err := chromium.Find(chromium.Auto, true)
+	if err != nil {
+		b.Fatalf("find chromium: %v", err)
+	}
+	page := filepath.Join(b.TempDir(), "page.html")
+	if err := os.WriteFile(page, []byte(testPage), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "steps.js")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CHROMIUM="+exe, "PAGE_FILE="+page,
+		"BROWSERS="+strconv.Itoa(n), "SECONDS="+strconv.Itoa(int(dur.Seconds())))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("playwright: %v\n%s", err, stderr.String())
+	}
+	var r struct {
+		Steps   int     `json:"steps"`
+		Seconds float64 `json:"seconds"`
+		P50     float64 `json:"p50_ms"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil || r.Seconds <= 0 {
+		b.Fatalf("playwright printed %q: %v", out, err)
+	}
+	b.Logf("playwright: %d steps in %.1f s, p50 %.1f ms", r.Steps, r.Seconds, r.P50)
+	return float64(r.Steps) / r.Seconds
 }
 
 // browserFloor is floor.BrowserPSS for the binary a browser sandbox runs.
