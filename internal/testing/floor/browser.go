@@ -82,6 +82,36 @@ func BrowserPSS(ctx context.Context, exe string, n int, settle time.Duration) (k
 	return total / int64(n), nil
 }
 
+// BrowserStart starts one bare copy of the browser at exe as BrowserPSS
+// does and returns the time until it has loaded its page: the least a
+// browser sandbox's cold ready time can be on this machine.
+func BrowserStart(ctx context.Context, exe string) (time.Duration, error) {
+	dir, err := os.MkdirTemp("", "orchard-floor-browser-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, exe, "--headless", "--no-sandbox", "--user-data-dir="+dir,
+		"--remote-debugging-port=0", floorPage)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", exe, err)
+	}
+	defer func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}()
+	if err := waitLoaded(ctx, stderr); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
 // waitLoaded reads the browser's DevTools address from its stderr and
 // polls its target list until the page has loaded.
 func waitLoaded(ctx context.Context, stderr io.Reader) error {
@@ -116,7 +146,7 @@ func waitLoaded(ctx context.Context, stderr io.Reader) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }

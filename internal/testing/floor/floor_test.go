@@ -57,6 +57,11 @@ func TestBrowserPSS(t *testing.T) {
 	if one < 10<<10 || two < 10<<10 || two >= one {
 		t.Errorf("PSS: one browser %d kB, each of two %d kB", one, two)
 	}
+	d, err := BrowserStart(ctx, exe)
+	if err != nil || d <= 0 {
+		t.Fatalf("BrowserStart = %v, %v", d, err)
+	}
+	t.Logf("started and loaded its page in %v", d)
 	out, _ := exec.Command("pgrep", "-f", "orchard-floor-browser-").Output()
 	if len(out) > 0 {
 		t.Errorf("browsers left: %s", out)
