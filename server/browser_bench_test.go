@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -100,21 +99,14 @@ func sandboxPSS(id string) (kb int64, procs int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, pid := range strings.Fields(string(data)) {
-		f, err := os.Open("/proc/" + pid + "/smaps_rollup")
+	for _, f := range strings.Fields(string(data)) {
+		pid, _ := strconv.Atoi(f)
+		v, err := floor.PSS(pid)
 		if err != nil {
 			continue // exited meanwhile
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-				v, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				kb += v
-				procs++
-				break
-			}
-		}
-		f.Close()
+		kb += v
+		procs++
 	}
 	if procs == 0 {
 		return 0, 0, fmt.Errorf("no processes readable in sandbox %s", id)
