@@ -19,7 +19,8 @@ import (
 
 // floorPage is what each bare browser shows: one button whose click
 // changes the page, as the benchmarks' pages do.
-const floorPage = "data:text/html,<button onclick='this.textContent=Date.now()'>press</button>"
+// Its title tells, from outside, that a renderer has loaded it.
+const floorPage = "data:text/html,<title>floor</title><button onclick='this.textContent=Date.now()'>press</button>"
 
 // BrowserPSS starts n copies of the browser at exe at once, each with
 // nothing but its own profile, no sandbox of its own (it runs as root) and
@@ -83,7 +84,7 @@ func BrowserPSS(ctx context.Context, exe string, n int, settle time.Duration) (k
 }
 
 // BrowserStart starts one bare copy of the browser at exe as BrowserPSS
-// does and returns the time until it has loaded its page: the least a
+// does and returns the time until a renderer has loaded its page: the least a
 // browser sandbox's cold ready time can be on this machine.
 func BrowserStart(ctx context.Context, exe string) (time.Duration, error) {
 	dir, err := os.MkdirTemp("", "orchard-floor-browser-")
@@ -113,7 +114,7 @@ func BrowserStart(ctx context.Context, exe string) (time.Duration, error) {
 }
 
 // waitLoaded reads the browser's DevTools address from its stderr and
-// polls its target list until the page has loaded.
+// polls its target list until the page has loaded (shows its title).
 func waitLoaded(ctx context.Context, stderr io.Reader) error {
 	sc := bufio.NewScanner(stderr)
 	var addr string
@@ -132,21 +133,21 @@ func waitLoaded(ctx context.Context, stderr io.Reader) error {
 	}()
 	for {
 		var targets []struct {
-			Type, URL string
+			Type, Title string
 		}
 		if resp, err := http.Get("http://" + addr + "/json/list"); err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&targets)
 			resp.Body.Close()
 		}
 		for _, t := range targets {
-			if t.Type == "page" && strings.HasPrefix(t.URL, "data:") {
+			if t.Type == "page" && t.Title == "floor" {
 				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(2 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
