@@ -18,8 +18,8 @@ import (
 )
 
 // floorPage is what each bare browser shows: one button whose click
-// changes the page, as the benchmarks' pages do.
-// Its title tells, from outside, that a renderer has loaded it.
+// changes the page, as the benchmarks' pages do. Its title tells, from
+// outside, that a renderer has loaded it.
 const floorPage = "data:text/html,<title>floor</title><button onclick='this.textContent=Date.now()'>press</button>"
 
 // BrowserPSS starts n copies of the browser at exe at once, each with
@@ -49,11 +49,9 @@ func BrowserPSS(ctx context.Context, exe string, n int, settle time.Duration) (k
 		if err != nil {
 			return 0, err
 		}
-		cmd := exec.CommandContext(ctx, exe, "--headless", "--no-sandbox", "--user-data-dir="+dir,
-			"--remote-debugging-port=0", floorPage)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		stderr, err := cmd.StderrPipe()
+		cmd, stderr, err := bareBrowser(ctx, exe, dir)
 		if err != nil {
+			os.RemoveAll(dir)
 			return 0, err
 		}
 		if err := cmd.Start(); err != nil {
@@ -92,10 +90,7 @@ func BrowserStart(ctx context.Context, exe string) (time.Duration, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, exe, "--headless", "--no-sandbox", "--user-data-dir="+dir,
-		"--remote-debugging-port=0", floorPage)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
+	cmd, stderr, err := bareBrowser(ctx, exe, dir)
 	if err != nil {
 		return 0, err
 	}
@@ -111,6 +106,16 @@ func BrowserStart(ctx context.Context, exe string) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Since(start), nil
+}
+
+// bareBrowser is the command of one bare copy of the browser at exe, with
+// its profile in dir, in a process group of its own, and its stderr.
+func bareBrowser(ctx context.Context, exe, dir string) (*exec.Cmd, io.Reader, error) {
+	cmd := exec.CommandContext(ctx, exe, "--headless", "--no-sandbox", "--user-data-dir="+dir,
+		"--remote-debugging-port=0", floorPage)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	return cmd, stderr, err
 }
 
 // waitLoaded reads the browser's DevTools address from its stderr and
