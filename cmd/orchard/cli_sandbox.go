@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/orchard/orchard/api"
@@ -60,9 +61,14 @@ is ready (a sandbox that fails to start is deleted).`,
 				blockNetworkFlag = false
 			}
 			req.BlockNetwork = &blockNetworkFlag
-			if id != "" {
-				req.SandboxID = &id
+			// The id is drawn here when not given, as the server would draw
+			// it: a create interrupted before its answer arrived can then
+			// still be deleted.
+			generated := id == ""
+			if generated {
+				id = uuid.NewString()[:8]
 			}
+			req.SandboxID = &id
 			if cpu != "" {
 				req.CPU = &cpu
 			}
@@ -81,7 +87,14 @@ is ready (a sandbox that fails to start is deleted).`,
 			c := conn.client()
 			ctx := cmd.Context()
 			created, err := c.CreateSandbox(ctx, req)
+			for tries := 1; generated && tries < 3 && faults.Is(err, faults.CodeSandboxExists); tries++ {
+				id = uuid.NewString()[:8] // taken: draw another
+				created, err = c.CreateSandbox(ctx, req)
+			}
 			if err != nil {
+				if ctx.Err() != nil {
+					forgetCreate(ctx, c, id)
+				}
 				return err
 			}
 			if !wait {
@@ -117,6 +130,26 @@ is ready (a sandbox that fails to start is deleted).`,
 	f.BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
 	f.StringSliceVar(&harnesses, "harness", nil, "coding-agent harnesses on PATH: codex, claude, opencode, pi, hermes or all (repeatable or comma-separated; default: the server's)")
 	return cmd
+}
+
+// forgetCreate deletes the sandbox of a create interrupted before its
+// answer came: the server may have made it, or may be about to. A delete
+// that finds none is tried again for a moment, in case the create is still
+// on its way.
+func forgetCreate(ctx context.Context, c *client.Client, id string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	for range 10 {
+		err := c.DeleteSandbox(dctx, id)
+		if !faults.Is(err, faults.CodeSandboxNotFound) {
+			return
+		}
+		select {
+		case <-dctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // waitReady waits for the sandbox to be ready. One that fails or does not
