@@ -517,10 +517,7 @@ func (b *browserProc) spawn() (*child, <-chan struct{}, error) {
 		return nil, nil, err
 	}
 	defer w.Close()
-	files := []*os.File{nil, logf, logf, w}
-	if logf == nil {
-		files[1], files[2] = nil, nil
-	}
+	files := []*os.File{nil, logf, logf, w} // a nil logf leaves stdout and stderr closed
 	args := append(b.kind.args(exe, b.sock, b.opts), "--ready-fd", "3")
 	c, err := b.s.reaper.startProcess(func() (*os.Process, error) {
 		return os.StartProcess(exe, args, &os.ProcAttr{
