@@ -239,6 +239,9 @@ func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
 		// their coordinates then are.
 		h.Set("X-Orchard-Frame", strconv.FormatInt(obs.Frame, 10))
 		h.Set("X-Orchard-Scale", strconv.FormatFloat(obs.Scale, 'f', -1, 64))
+		if obs.Timing.Frame != "" {
+			h.Set("X-Orchard-Capture", obs.Timing.Frame)
+		}
 		_, _ = w.Write(shot.Data)
 		return nil
 	})
@@ -832,6 +835,9 @@ func serveCDP(w http.ResponseWriter, r *http.Request, sess *browser.Session) err
 		return nil // the upgrader has answered
 	}
 	defer client.Close()
+	// What a client does over the protocol the session cannot see: no
+	// frame is reused while one is connected.
+	defer sess.Attached()()
 	client.SetReadLimit(cdpMaxMessage)
 	up.SetReadLimit(cdpMaxMessage)
 

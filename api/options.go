@@ -111,6 +111,9 @@ type BrowserOptions struct {
 	SettleIdleMS  int `json:"settle_idle_ms,omitempty" openapi:"minimum=0"`
 	// PlainSettle leaves pages uninstrumented (see browser.Options.PlainSettle).
 	PlainSettle bool `json:"plain_settle,omitempty"`
+	// AlwaysCapture draws a new frame for every screenshot (see
+	// browser.Options.AlwaysCapture).
+	AlwaysCapture bool `json:"always_capture,omitempty" doc:"capture a new frame for every screenshot: never reuse the last one, never start a step's capture before its settle wait ends"`
 	// NavigationRetry retries page loads that fail with retryable site or
 	// network errors.
 	NavigationRetry *RetryPolicy `json:"navigation_retry,omitempty"`

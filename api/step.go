@@ -317,6 +317,11 @@ type ObserveTiming struct {
 	PageMS       float64 `json:"page_ms"`
 	ScreenshotMS float64 `json:"screenshot_ms"`
 	MarksMS      float64 `json:"marks_ms,omitempty"`
+	// Frame says where the screenshot came from: "captured" after the
+	// page was read, "early" (captured while the step's settle wait ran,
+	// kept because nothing changed since it was asked for), or "reused"
+	// (the last capture: nothing was drawn since).
+	Frame string `json:"frame,omitempty" doc:"captured, early or reused"`
 }
 
 // Point is a position in screenshot pixels. In JSON it is {"x":..,"y":..};

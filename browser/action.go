@@ -236,6 +236,7 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	}
 	t.act.Lock()
 	defer t.act.Unlock()
+	defer t.touch()
 
 	if d := t.openDialog(); d != nil && a.Type != ActDialog && a.Type != ActWait {
 		return faults.Newf(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
@@ -294,6 +295,10 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	}
 	if err != nil {
 		return err
+	}
+	if startsEarly(a.Type) {
+		t.touch()
+		s.beginEarly(ctx, t)
 	}
 	t.settleAfter(ctx, s.opts.SettleTimeout, reqsBefore)
 	// An action that navigated the page (a link, a form) reports the

@@ -55,6 +55,8 @@ type pageState struct {
 	AX       string `json:"ax"`
 	Text     string `json:"text"`
 	Wall     string `json:"wall"`
+	// FC is the page's side of frame reuse, when asked for (reuse.go).
+	FC *frameState `json:"fc"`
 }
 
 // Limits of an observation. maxShotPixels: Chromium cannot encode a
@@ -107,6 +109,11 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 	}
 
 	opts := map[string]any{"som": o.SOM || o.Marks, "ax": o.AXTree, "text": o.Text, "full": o.FullPage, "textMax": textMax}
+	reuse := o.Screenshot != "none" && keyable(o) && !s.opts.AlwaysCapture
+	if reuse {
+		quiet, _, _ := s.settleParams(ctx, s.opts.SettleTimeout)
+		opts["fc"] = max(quiet.Milliseconds(), 1)
+	}
 	js, _ := json.Marshal(opts)
 	var st pageState
 	pageStart := time.Now()
@@ -148,7 +155,7 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 
 	if o.Screenshot != "none" {
 		shotStart := time.Now()
-		shot, err := s.screenshot(ctx, t, o, st, scale, baseW, baseH)
+		shot, frame, err := s.observeShot(ctx, t, o, st, reuse, scale, baseW, baseH)
 		if err != nil {
 			if d := t.openDialog(); d != nil {
 				return s.dialogObservation(ctx, t, d, start), nil
@@ -157,6 +164,7 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 		}
 		obs.Screenshot = shot
 		obs.Timing.ScreenshotMS = msSince(shotStart)
+		obs.Timing.Frame = frame
 	}
 
 	obs.Elements = make([]Element, 0, len(st.Elements))
@@ -183,6 +191,51 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 	obs.Dialog = t.openDialog()
 	obs.Timing.TotalMS = msSince(start)
 	return obs, nil
+}
+
+// observeShot is the observation's screenshot: a step's early capture or
+// the tab's last one when they still show the page (reuse.go), else a new
+// one.
+func (s *Session) observeShot(ctx context.Context, t *tab, o ObserveOptions, st pageState, reuse bool, scale, w, h float64) (*Screenshot, string, error) {
+	if !reuse {
+		shot, err := s.screenshot(ctx, t, o, st, scale, w, h)
+		return shot, frameCaptured, err
+	}
+	k := keyOf(o, st)
+	if shot, asked, done, ok := earlyOf(ctx).take(ctx, t, st.FC); ok {
+		t.keep(k, shot, st.FC, asked, done)
+		return shot, frameEarly, nil
+	}
+	fs := st.FC
+	for range 2 {
+		shot, wait := t.reusable(k, fs)
+		if shot != nil {
+			return shot, frameReused, nil
+		}
+		if wait <= 0 {
+			break
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, "", faults.Of(context.Cause(ctx))
+		}
+		quiet, _, _ := s.settleParams(ctx, s.opts.SettleTimeout)
+		var err error
+		if fs, err = s.frameCheck(ctx, t, quiet); err != nil {
+			break
+		}
+	}
+	s.watchDamage(ctx, t)
+	asked := time.Now()
+	shot, err := s.screenshot(ctx, t, o, st, scale, w, h)
+	if err != nil {
+		return nil, "", err
+	}
+	t.keep(k, shot, st.FC, asked, time.Now())
+	return shot, frameCaptured, nil
 }
 
 func shotQuality(o ObserveOptions) int {

@@ -98,6 +98,13 @@ type Options struct {
 	// that script cannot reach (a cross-site iframe, a worker) then draws
 	// as fast as the CPU allows.
 	FastFrames bool
+	// AlwaysCapture draws a new frame for every screenshot. By default an
+	// observation reuses the tab's last capture when nothing was drawn
+	// since (the page's tracker saw no change and nothing that draws on its
+	// own, and the compositor drew no frame), and a step starts its capture
+	// as soon as its action is answered, keeping it when the page changed
+	// nothing while the settle wait ran (browser/reuse.go).
+	AlwaysCapture bool
 	// ExtraFlags are added to the command line ("name" or "name=value",
 	// without the leading dashes).
 	ExtraFlags []string
@@ -110,7 +117,7 @@ func OptionsOf(o api.BrowserOptions) Options {
 	bo := Options{
 		Viewport: o.Viewport, UserAgent: o.UserAgent, Locale: o.Locale, Timezone: o.Timezone,
 		Headless: o.Headless, Engine: o.Engine, AutoAcceptDialogs: o.AutoAcceptDialogs, FocusNewTabs: o.FocusNewTabs,
-		FastFrames: o.FastFrames, PlainSettle: o.PlainSettle,
+		FastFrames: o.FastFrames, PlainSettle: o.PlainSettle, AlwaysCapture: o.AlwaysCapture,
 		CallTimeout:       time.Duration(o.CallTimeoutMS) * time.Millisecond,
 		NavigationTimeout: time.Duration(o.NavigationTimeoutMS) * time.Millisecond,
 		SettleTimeout:     time.Duration(o.SettleTimeoutMS) * time.Millisecond,

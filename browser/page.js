@@ -230,6 +230,30 @@
     return false;
   }
 
+  // frameCheck is the page's side of frame reuse (browser/reuse.go): the
+  // latest change in any of its documents, the work they have pending
+  // within quiet ms, whether any draws on its own, and the moment asked.
+  // A document without the tracker, or one it cannot look into, makes
+  // the answer unknown (ok false).
+  function frameCheck(quiet) {
+    var K = Symbol.for('orchard.pending');
+    var out = { now: performance.timeOrigin + performance.now(), changed: 0, pending: 0, live: false, ok: true };
+    var walk = function (win, depth) {
+      var P = win[K];
+      if (!P || !P.changed) { out.ok = false; return; }
+      var c = P.changed();
+      if (c > out.changed) out.changed = c;
+      out.pending += P.pending(quiet);
+      if (P.live()) out.live = true;
+      for (var i = 0; i < win.frames.length; i++) {
+        if (depth > 3 || i >= 50) { out.ok = false; return; }
+        walk(win.frames[i], depth + 1);
+      }
+    };
+    try { walk(window, 0); } catch (e) { out.ok = false; }
+    return out;
+  }
+
   function observe(o) {
     var de = document.documentElement, b = document.body;
     var res = {
@@ -327,6 +351,7 @@
       res.text = t.length > o.textMax ? t.slice(0, o.textMax) + '\n… (truncated)' : t;
     }
     res.wall = wall();
+    if (o.fc) res.fc = frameCheck(o.fc);
     return res;
   }
 
@@ -559,5 +584,5 @@
   }
   function picked() { var e = pickedEl; pickedEl = null; return e; }
 
-  return { observe: observe, wall: wall, locate: locate, focus: focus, selectOption: selectOption, fileInput: fileInput, picked: picked };
+  return { observe: observe, frameCheck: frameCheck, wall: wall, locate: locate, focus: focus, selectOption: selectOption, fileInput: fileInput, picked: picked };
 })()

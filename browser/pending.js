@@ -15,7 +15,7 @@
   const apply = Reflect.apply, slice = Array.prototype.slice;
   const perf = w.performance, perfNow = perf.now;
   const now = () => apply(perfNow, perf, []);
-  const nativeST = w.setTimeout, nativeCT = w.clearTimeout;
+  const nativeST = w.setTimeout, nativeCT = w.clearTimeout, nativeSI = w.setInterval;
   const nativeRAF = w.requestAnimationFrame, nativeCAF = w.cancelAnimationFrame;
   // id → when the timer is due, and id → when the frame callback was asked
   // for. Entries whose moment is over a second past are dropped when
@@ -24,6 +24,14 @@
   const timers = new Map(), frames = new Map();
   const stale = 1000;
   let navAt = -Infinity;
+  // changed is when the document last changed in a way that could show
+  // (wall-clock ms, comparable across documents): a DOM mutation, a timer
+  // or frame callback run, a scroll, an edit, a resource loaded. A frame
+  // captured after that moment, with no change since, still shows the
+  // page (browser/reuse.go).
+  const origin = perf.timeOrigin;
+  let changed = origin + now();
+  const mark = () => { changed = origin + now(); };
 
   // A timer's delay as the browser reads it (WebIDL long: not finite or
   // beyond 2^31-1 is 0), or -1 when reading it could run page code.
@@ -42,11 +50,23 @@
       let id;
       args[0] = function () {
         timers.delete(id);
+        mark();
         return apply(handler, this, arguments);
       };
       id = apply(nativeST, this, args);
       timers.set(id, now() + delay);
       return id;
+    },
+    // An interval is never pending (a poll would keep the page busy for
+    // ever), but each run is a change.
+    setInterval(handler) {
+      if (typeof handler !== "function") return apply(nativeSI, this, arguments);
+      const args = apply(slice, arguments, []);
+      args[0] = function () {
+        mark();
+        return apply(handler, this, arguments);
+      };
+      return apply(nativeSI, this, args);
     },
     clearTimeout() {
       timers.delete(arguments[0]);
@@ -57,6 +77,7 @@
       let id;
       id = apply(nativeRAF, this, [function () {
         frames.delete(id);
+        mark();
         return apply(callback, this, arguments);
       }]);
       frames.set(id, now());
@@ -69,6 +90,7 @@
   };
   w.setTimeout = wrapped.setTimeout;
   w.clearTimeout = wrapped.clearTimeout;
+  w.setInterval = wrapped.setInterval;
   if (typeof nativeRAF === "function") {
     w.requestAnimationFrame = wrapped.requestAnimationFrame;
     w.cancelAnimationFrame = wrapped.cancelAnimationFrame;
@@ -88,6 +110,33 @@
     nav.addEventListener("navigateerror", over);
   }
 
+  // Changes made without a wrapped callback: the page's own event
+  // handlers, network callbacks, what input does without script.
+  try {
+    new MutationObserver(mark).observe(w.document, { subtree: true, childList: true, attributes: true, characterData: true });
+  } catch (e) { /* a document without a root yet observes nothing: live() says unknown */ }
+  for (const type of ["scroll", "input", "change", "load", "error", "resize", "focusin", "focusout", "message", "hashchange", "popstate", "pageshow"]) {
+    w.addEventListener(type, mark, { capture: true, passive: true });
+  }
+  if (w.document.fonts && typeof w.document.fonts.addEventListener === "function") {
+    w.document.fonts.addEventListener("loadingdone", mark);
+  }
+
+  // live reports what draws without the document changing: animations
+  // and transitions running, a video playing, a caret blinking in a
+  // focused field, fonts still loading.
+  const live = () => {
+    const d = w.document;
+    const a = d.activeElement;
+    if (a && (a.isContentEditable || a.tagName === "INPUT" || a.tagName === "TEXTAREA")) return true;
+    if (d.fonts && d.fonts.status === "loading") return true;
+    if (typeof d.getAnimations === "function") {
+      for (const an of d.getAnimations()) if (an.playState === "running" || an.pending) return true;
+    }
+    for (const m of d.getElementsByTagName("video")) if (!m.paused && !m.ended) return true;
+    return false;
+  };
+
   // pending(within) counts timers due within `within` ms, frame callbacks
   // not yet run, and a navigation under way.
   const pending = (within) => {
@@ -105,6 +154,6 @@
     return n;
   };
   Object.defineProperty(w, key, {
-    value: Object.freeze({ pending, setTimeout: nativeST, requestAnimationFrame: nativeRAF }),
+    value: Object.freeze({ pending, live, changed: () => changed, setTimeout: nativeST, requestAnimationFrame: nativeRAF }),
   });
 })();

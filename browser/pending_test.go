@@ -133,6 +133,10 @@ func TestPendingTrackerTransparent(t *testing.T) {
   const later = (ms) => new Promise((res) => setTimeout(res, ms));
   r.names = [setTimeout.name, clearTimeout.name, requestAnimationFrame.name, cancelAnimationFrame.name];
   r.lengths = [setTimeout.length, clearTimeout.length, requestAnimationFrame.length, cancelAnimationFrame.length];
+  r.names.push(setInterval.name);
+  r.lengths.push(setInterval.length);
+  r.interval = await new Promise((res) => { const id = setInterval(function (a) { clearInterval(id); res([a, this === window, typeof id]); }, 1, "y"); });
+  r.intervalString = await new Promise((res) => { window.__ires = res; const id = setInterval("clearInterval(window.__iid); window.__ires('interval from a string')", 1); window.__iid = id; });
   r.keys = Object.keys(window).length;
   r.descriptor = JSON.stringify(Object.getOwnPropertyDescriptor(window, "setTimeout"), (k, v) => typeof v === "function" ? "fn" : v);
   r.args = await new Promise((res) => setTimeout(function (a, b) { res([a, b, this === window]); }, 1, "x", 2));

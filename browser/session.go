@@ -34,6 +34,9 @@ import (
 type Session struct {
 	opts Options
 	log  *slog.Logger
+	// attached counts DevTools clients other than the session (Attached).
+	attached atomic.Int64
+	detached atomic.Int64 // when the last one left (unix ns)
 
 	allocCancel context.CancelFunc
 	// rootCtx is the chromedp context of the first tab; it owns the

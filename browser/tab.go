@@ -76,6 +76,12 @@ type tab struct {
 	lastNav navOutcome
 	// lastFrame is the latest observation frame taken on this tab.
 	lastFrame int64
+	// kept is the tab's last capture; dmg what its damage screencast
+	// reported (reuse.go).
+	kept *keptShot
+	dmg  damage
+	// lastInput is when the last action that sends input was answered.
+	lastInput time.Time
 }
 
 // navOutcome is how the main document of a navigation ended.
@@ -299,6 +305,9 @@ func (t *tab) onEvent(ev any) {
 	main := cdp.FrameID(t.id)
 	isMain := func(id cdp.FrameID) bool { return main == "" || id == main }
 	switch ev := ev.(type) {
+	case *page.EventScreencastFrame:
+		t.onCastFrame(ev)
+		return
 	case *page.EventJavascriptDialogOpening:
 		t.dialog = &Dialog{Type: string(ev.Type), Message: ev.Message, DefaultPrompt: ev.DefaultPrompt, URL: ev.URL}
 		if t.s.opts.AutoAcceptDialogs {

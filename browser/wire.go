@@ -55,6 +55,7 @@ type Timing = api.BrowserTiming
 func (s *Session) Run(ctx context.Context, r Request) (Response, error) {
 	start := time.Now()
 	ctx = withSettle(ctx, r.Settle)
+	ctx = s.withEarly(ctx, r.Observe)
 	results, err := s.Do(ctx, r.List())
 	resp := Response{OK: err == nil, Results: results}
 	for _, res := range results {
@@ -91,6 +92,7 @@ func (s *Session) Evaluate(ctx context.Context, expr string) ([]byte, error) {
 		return nil, err
 	}
 	v, err := t.eval(ctx, expr, true, s.opts.CallTimeout)
+	t.touch()
 	if err != nil {
 		if _, ok := errors.AsType[*faults.Error](err); ok {
 			return nil, err

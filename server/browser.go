@@ -30,7 +30,7 @@ func (s *Server) browserRoutes() []route {
 				{"som", "boolean", "", false}, {"text", "boolean", "", false},
 				{"marks", "boolean", "draw the set-of-marks boxes and ids on the screenshot", false}},
 			response: api.BrowserObservation{}, handler: s.toAgent("/browser/observation")},
-		{method: "GET", path: "/sandboxes/:id/browser/screenshot", summary: "Screenshot as image bytes (X-Orchard-Frame, X-Orchard-Scale headers)",
+		{method: "GET", path: "/sandboxes/:id/browser/screenshot", summary: "Screenshot as image bytes (X-Orchard-Frame, X-Orchard-Scale, X-Orchard-Capture headers)",
 			query: []queryParam{{"format", "string", "png or jpeg", false}, {"quality", "integer", "", false},
 				{"full_page", "boolean", "", false}, {"width", "integer", "scale down to this width", false},
 				{"scale", "number", "scale down by this factor (0–1]; width wins", false},

@@ -43,7 +43,13 @@ var browserStep = map[string]any{
 // ORCHARD_BENCH_ENGINE=chromium|headless-shell sets its `engine`.
 func benchBrowser(b testing.TB, srv *testserver.Server, memory string) (string, time.Duration) {
 	b.Helper()
-	settings := map[string]any{"viewport": map[string]int{"width": 800, "height": 600}}
+	return benchBrowserAt(b, srv, memory, 800, 600, testPage)
+}
+
+// benchBrowserAt is benchBrowser with a viewport and a page of its own.
+func benchBrowserAt(b testing.TB, srv *testserver.Server, memory string, width, height int, html string) (string, time.Duration) {
+	b.Helper()
+	settings := map[string]any{"viewport": map[string]int{"width": width, "height": height}}
 	if os.Getenv("ORCHARD_BENCH_FAST_FRAMES") == "1" {
 		settings["fast_frames"] = true
 	}
@@ -68,7 +74,7 @@ func benchBrowser(b testing.TB, srv *testserver.Server, memory string) (string, 
 	}
 	ready := time.Since(t0)
 	if code, r := post(b, srv, "/sandboxes/"+id+"/files", map[string]any{"path": "/workspace/page.html",
-		"content": base64.StdEncoding.EncodeToString([]byte(testPage))}); code != 200 {
+		"content": base64.StdEncoding.EncodeToString([]byte(html))}); code != 200 {
 		b.Fatalf("write page: %d %v", code, r)
 	}
 	nav := map[string]any{"actions": []map[string]any{{"type": "navigate", "url": "file:///workspace/page.html"}}}

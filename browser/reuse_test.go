@@ -1,0 +1,172 @@
+package browser
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/draw"
+	"testing"
+	"time"
+)
+
+// pixels decodes a screenshot.
+func pixels(t *testing.T, shot *Screenshot) *image.RGBA {
+	t.Helper()
+	if shot == nil {
+		t.Fatal("no screenshot")
+	}
+	img, _, err := image.Decode(bytes.NewReader(shot.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := image.NewRGBA(img.Bounds())
+	draw.Draw(out, out.Bounds(), img, img.Bounds().Min, draw.Src)
+	return out
+}
+
+// differing counts the pixels that differ between two images of one size.
+func differing(a, b *image.RGBA) int {
+	if a.Bounds() != b.Bounds() {
+		return a.Bounds().Dx() * a.Bounds().Dy()
+	}
+	n := 0
+	for i := 0; i < len(a.Pix); i += 4 {
+		if a.Pix[i] != b.Pix[i] || a.Pix[i+1] != b.Pix[i+1] || a.Pix[i+2] != b.Pix[i+2] {
+			n++
+		}
+	}
+	return n
+}
+
+// step clicks #b and observes with a JPEG, as an RL step does.
+func step(t *testing.T, s *Session) Observation {
+	t.Helper()
+	resp, err := s.Run(ctxT(t), Request{
+		Action:  &Action{Type: ActClick, Selector: "#b"},
+		Observe: &ObserveOptions{Screenshot: "jpeg"},
+	})
+	if err != nil || !resp.OK || resp.Observation == nil {
+		t.Fatalf("step: %v %+v", err, resp)
+	}
+	return *resp.Observation
+}
+
+// A step's observation is the same frame whether its capture started
+// early, the tab's last capture was reused, or every frame was drawn anew
+// (AlwaysCapture), compared pixel by pixel page by page; and pages that
+// change or draw on their own always get a new frame.
+func TestFramesMatchFreshCaptures(t *testing.T) {
+	srv := pendingSite(t)
+	out := "document.getElementById('out').textContent=%s"
+	canvas := `<canvas id="c" width="200" height="100"></canvas>`
+	draw := "var c=document.getElementById('c').getContext('2d');c.fillStyle='%s';c.fillRect(0,0,200,100)"
+	cases := []struct {
+		name, page, click, body string
+		// frame is where the step's screenshot must come from by default;
+		// "" for captured or early (a race with the page).
+		frame string
+		// same: the two runs' frames are compared (the page does not
+		// animate).
+		same bool
+	}{
+		{name: "synchronous change", click: fmt.Sprintf(out, "'now'"), frame: frameEarly, same: true},
+		{name: "click with no effect", frame: frameEarly, same: true},
+		{name: "timer", click: "setTimeout(function(){" + fmt.Sprintf(out, "'late'") + "},60)", frame: frameCaptured, same: true},
+		{name: "animation frames", click: "requestAnimationFrame(function(){requestAnimationFrame(function(){" + fmt.Sprintf(out, "'drawn'") + "})})", frame: frameCaptured, same: true},
+		{name: "fetch then change", click: "fetch('/fast').then(function(r){return r.text()}).then(function(x){" + fmt.Sprintf(out, "x") + "})", same: true},
+		{name: "canvas drawn by the click", body: canvas, click: fmt.Sprintf(draw, "#0a0"), frame: frameEarly, same: true},
+		{name: "canvas drawn by a timer", body: canvas, click: "setTimeout(function(){" + fmt.Sprintf(draw, "#00f") + "},40)", frame: frameCaptured, same: true},
+		{name: "CSS animation", body: `<div style="width:50px;height:50px;background:red;animation:spin 1s linear infinite"></div><style>@keyframes spin{to{transform:rotate(360deg)}}</style>`, frame: frameCaptured},
+		{name: "transition started by the click", body: `<div id="d" style="width:50px;height:50px;background:red;transition:width 2s linear"></div>`, click: "document.getElementById('d').style.width='400px'", frame: frameCaptured},
+		{name: "video", body: canvas + `<video id="v" muted autoplay width="200" height="100"></video><script>var cv=document.getElementById('c'),x=cv.getContext('2d'),i=0;(function f(){x.fillStyle='hsl('+(i++%360)+',80%,50%)';x.fillRect(0,0,200,100);requestAnimationFrame(f)})();var v=document.getElementById('v');v.srcObject=cv.captureStream(30);v.play()</script>`, frame: frameCaptured},
+		{name: "focused field", body: `<input id="f" autofocus>`, click: "document.getElementById('f').focus()", frame: frameCaptured, same: true},
+	}
+	s := openPage(t, "/basic.html")
+	defer func() { s.opts.AlwaysCapture = false }()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			u := srv.URL + "/?page=" + urlQuery(c.page) + "&click=" + urlQuery(c.click) + "&body=" + urlQuery(c.body)
+			run := func(always bool) Observation {
+				s.opts.AlwaysCapture = always
+				mustDo(t, s, Action{Type: ActNavigate, URL: u})
+				return step(t, s)
+			}
+			fresh := run(true)
+			if fresh.Timing.Frame != frameCaptured {
+				t.Errorf("with AlwaysCapture the frame was %q", fresh.Timing.Frame)
+			}
+			got := run(false)
+			if c.frame != "" && got.Timing.Frame != c.frame {
+				t.Errorf("frame %q, want %q", got.Timing.Frame, c.frame)
+			}
+			if c.same {
+				if n := differing(pixels(t, fresh.Screenshot), pixels(t, got.Screenshot)); n != 0 {
+					t.Errorf("%d pixels differ from a fresh capture (frame %q)", n, got.Timing.Frame)
+				}
+			}
+			// An observation right after: reused only when nothing draws.
+			again := observe(t, s, ObserveOptions{Screenshot: "jpeg"})
+			if !c.same && again.Timing.Frame == frameReused {
+				t.Errorf("a page that draws on its own had its frame reused")
+			}
+			if c.same {
+				if n := differing(pixels(t, got.Screenshot), pixels(t, again.Screenshot)); n != 0 {
+					t.Errorf("%d pixels differ in the observation after (frame %q)", n, again.Timing.Frame)
+				}
+			}
+		})
+	}
+}
+
+// An observation reuses the tab's last capture while nothing is drawn,
+// and captures anew once something is: a DOM change, a canvas drawn by a
+// script the page's tracker cannot see (the compositor's frames tell),
+// another viewport size or quality.
+func TestObserveReusesOnlyWhatStillShows(t *testing.T) {
+	srv := pendingSite(t)
+	s := openPage(t, "/basic.html")
+	mustDo(t, s, Action{Type: ActNavigate, URL: srv.URL + "/?body=" + urlQuery(`<canvas id="c" width="300" height="150"></canvas>`)})
+	jpeg := ObserveOptions{Screenshot: "jpeg"}
+	first := observe(t, s, jpeg)
+	if first.Timing.Frame != frameCaptured {
+		t.Fatalf("first observation: frame %q", first.Timing.Frame)
+	}
+	// An agent thinks between observations: by then any frame drawn since
+	// has been reported, and waiting costs nothing.
+	time.Sleep(300 * time.Millisecond)
+	second := observe(t, s, jpeg)
+	if second.Timing.Frame != frameReused || !bytes.Equal(first.Screenshot.Data, second.Screenshot.Data) {
+		t.Errorf("second observation of a still page: frame %q, same bytes %v", second.Timing.Frame, bytes.Equal(first.Screenshot.Data, second.Screenshot.Data))
+	}
+	if o := observe(t, s, ObserveOptions{Screenshot: "jpeg", Quality: 50}); o.Timing.Frame != frameCaptured {
+		t.Errorf("another quality: frame %q", o.Timing.Frame)
+	}
+	if o := observe(t, s, ObserveOptions{Screenshot: "png"}); o.Timing.Frame != frameCaptured {
+		t.Errorf("png after jpeg: frame %q", o.Timing.Frame)
+	}
+
+	check := func(what, change string) {
+		t.Helper()
+		before := observe(t, s, jpeg)
+		js[any](t, s, change)
+		time.Sleep(300 * time.Millisecond) // the frame is drawn and reported
+		after := observe(t, s, jpeg)
+		if after.Timing.Frame == frameReused {
+			t.Errorf("%s: the frame before it was reused", what)
+		}
+		if n := differing(pixels(t, before.Screenshot), pixels(t, after.Screenshot)); n == 0 {
+			t.Errorf("%s: the new frame shows no change", what)
+		}
+	}
+	check("a DOM change", "document.getElementById('out').textContent='changed'; 1")
+	// Drawn by an evaluation: no mutation and no callback the tracker
+	// wraps; only the compositor's frame shows it.
+	check("a canvas drawn unseen", "document.getElementById('c').getContext('2d').fillRect(0,0,300,150); 1")
+
+	s.opts.AlwaysCapture = true
+	defer func() { s.opts.AlwaysCapture = false }()
+	observe(t, s, jpeg)
+	if o := observe(t, s, jpeg); o.Timing.Frame != frameCaptured {
+		t.Errorf("AlwaysCapture: frame %q", o.Timing.Frame)
+	}
+}
