@@ -236,7 +236,6 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	}
 	t.act.Lock()
 	defer t.act.Unlock()
-	defer t.touch()
 
 	if d := t.openDialog(); d != nil && a.Type != ActDialog && a.Type != ActWait {
 		return faults.Newf(faults.CodeActionDialogOpen, faults.Conflict, faults.Policy,
@@ -293,11 +292,13 @@ func (s *Session) do(ctx context.Context, a Action) error {
 	default:
 		err = errInvalid("unknown action type %q", a.Type)
 	}
+	// What the action drew (a hover style, a focus ring, a selection) is
+	// reported by the compositor shortly after its answer.
+	t.touch()
 	if err != nil {
 		return err
 	}
 	if startsEarly(a.Type) {
-		t.touch()
 		s.beginEarly(ctx, t)
 	}
 	t.settleAfter(ctx, s.opts.SettleTimeout, reqsBefore)

@@ -234,7 +234,9 @@ func (s *Session) observeShot(ctx context.Context, t *tab, o ObserveOptions, st 
 	if err != nil {
 		return nil, "", err
 	}
-	t.keep(k, shot, st.FC, asked, time.Now())
+	done := time.Now()
+	t.captured(done.Sub(asked))
+	t.keep(k, shot, st.FC, asked, done)
 	return shot, frameCaptured, nil
 }
 

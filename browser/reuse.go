@@ -99,6 +99,37 @@ type damage struct {
 	// lat is how late frames are reported (a decaying maximum of the time
 	// from a frame's start to its report).
 	lat time.Duration
+	// capMin and capAvg are the fastest capture of the tab and a moving
+	// average of the latest (see saturatedLocked).
+	capMin, capAvg time.Duration
+}
+
+// captured records how long a capture took.
+func (t *tab) captured(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := &t.dmg
+	if m.capMin == 0 || d < m.capMin {
+		m.capMin = d
+	}
+	if m.capAvg == 0 {
+		m.capAvg = d
+	}
+	m.capAvg = (4*m.capAvg + d) / 5
+}
+
+// saturatedLocked reports a tab whose captures take over three times as
+// long as its fastest: the machine has no core to spare (a capture after a
+// click that changed the page takes up to twice the fastest on an idle
+// machine; under load, ten times). Starting a capture early
+// then only competes with the settle wait for the same cores, and the
+// damage screencast's frames (two per step) cost what a reuse would save,
+// so both stop until captures are fast again (BenchmarkBrowserConcurrent:
+// sixteen sandboxes stepping on two cores lost a quarter of their steps
+// to them). Callers hold t.mu.
+func (t *tab) saturatedLocked() bool {
+	m := &t.dmg
+	return m.capMin > 0 && m.capAvg > 3*m.capMin
 }
 
 // Screencast pacing: a page that draws this many frames in castBurst is
@@ -119,7 +150,15 @@ const (
 func (s *Session) watchDamage(ctx context.Context, t *tab) {
 	t.mu.Lock()
 	d := &t.dmg
-	if d.on || d.first != nil || time.Now().Before(d.offUntil) {
+	if d.on && t.saturatedLocked() {
+		d.on = false
+		t.mu.Unlock()
+		cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
+		defer cancel()
+		_, _ = cdp.Call(cctx, t.target, page.StopScreencast, cdp.Empty{})
+		return
+	}
+	if d.on || d.first != nil || time.Now().Before(d.offUntil) || t.saturatedLocked() {
 		t.mu.Unlock()
 		return
 	}
@@ -362,6 +401,12 @@ func (s *Session) beginEarly(ctx context.Context, t *tab) {
 	e.mu.Lock()
 	e.t, e.res = nil, nil
 	e.mu.Unlock()
+	t.mu.Lock()
+	saturated := t.saturatedLocked()
+	t.mu.Unlock()
+	if saturated {
+		return
+	}
 	quiet, _, _ := s.settleParams(ctx, s.opts.SettleTimeout)
 	fs, err := s.frameCheck(ctx, t, quiet)
 	if err != nil || !fs.still() {
@@ -387,7 +432,11 @@ func (s *Session) beginEarly(ctx context.Context, t *tab) {
 	o := e.o
 	go func() {
 		shot, err := s.screenshot(ctx, t, o, pageState{}, 1, 0, 0)
-		res <- earlyResult{shot: shot, done: time.Now(), err: err}
+		done := time.Now()
+		if err == nil {
+			t.captured(done.Sub(asked))
+		}
+		res <- earlyResult{shot: shot, done: done, err: err}
 	}()
 }
 

@@ -170,3 +170,36 @@ func TestObserveReusesOnlyWhatStillShows(t *testing.T) {
 		t.Errorf("AlwaysCapture: frame %q", o.Timing.Frame)
 	}
 }
+
+// A tab stops starting captures early and watching damage while its
+// captures take far longer than its fastest, and starts again once they
+// are fast.
+func TestSaturation(t *testing.T) {
+	ms := time.Millisecond
+	cases := []struct {
+		name      string
+		captures  []time.Duration
+		saturated bool
+	}{
+		{"no capture yet", nil, false},
+		{"steady", []time.Duration{60 * ms, 62 * ms, 58 * ms, 61 * ms}, false},
+		{"captures after clicks, twice the fastest", []time.Duration{40 * ms, 80 * ms, 85 * ms, 80 * ms, 90 * ms, 85 * ms}, false},
+		{"a slow one among fast", []time.Duration{60 * ms, 60 * ms, 900 * ms, 60 * ms, 60 * ms, 60 * ms, 60 * ms}, false},
+		{"sixteen sandboxes on two cores", []time.Duration{60 * ms, 500 * ms, 600 * ms, 700 * ms, 650 * ms}, true},
+		{"the load went away", []time.Duration{60 * ms, 600 * ms, 700 * ms, 650 * ms, 60 * ms, 60 * ms, 60 * ms, 60 * ms, 60 * ms, 60 * ms, 60 * ms}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tb := &tab{}
+			for _, d := range c.captures {
+				tb.captured(d)
+			}
+			tb.mu.Lock()
+			got := tb.saturatedLocked()
+			tb.mu.Unlock()
+			if got != c.saturated {
+				t.Errorf("saturated %v after %v (average %v, fastest %v)", got, c.captures, tb.dmg.capAvg, tb.dmg.capMin)
+			}
+		})
+	}
+}

@@ -39,7 +39,8 @@ var browserStep = map[string]any{
 // testPage to /workspace/page.html and navigates to it. It returns the
 // sandbox id and the time from POST /sandboxes to ready.
 // ORCHARD_BENCH_FAST_FRAMES=1 creates it with `"fast_frames": true`,
-// ORCHARD_BENCH_PLAIN_SETTLE=1 with `"plain_settle": true`;
+// ORCHARD_BENCH_PLAIN_SETTLE=1 with `"plain_settle": true`,
+// ORCHARD_BENCH_ALWAYS_CAPTURE=1 with `"always_capture": true`;
 // ORCHARD_BENCH_ENGINE=chromium|headless-shell sets its `engine`.
 func benchBrowser(b testing.TB, srv *testserver.Server, memory string) (string, time.Duration) {
 	b.Helper()
@@ -55,6 +56,9 @@ func benchBrowserAt(b testing.TB, srv *testserver.Server, memory string, width, 
 	}
 	if os.Getenv("ORCHARD_BENCH_PLAIN_SETTLE") == "1" {
 		settings["plain_settle"] = true
+	}
+	if os.Getenv("ORCHARD_BENCH_ALWAYS_CAPTURE") == "1" {
+		settings["always_capture"] = true
 	}
 	if e := os.Getenv("ORCHARD_BENCH_ENGINE"); e != "" {
 		settings["engine"] = e
@@ -96,8 +100,20 @@ func step(b testing.TB, srv *testserver.Server, id string, req map[string]any) (
 	}
 	timing, _ := r["timing"].(map[string]any)
 	total, _ := timing["total_ms"].(float64)
+	obs, _ := r["observation"].(map[string]any)
+	ot, _ := obs["timing"].(map[string]any)
+	frame, _ := ot["frame"].(string)
+	stepFrames.Lock()
+	stepFrames.n[frame]++
+	stepFrames.Unlock()
 	return d, total
 }
+
+// stepFrames counts where the steps' frames came from.
+var stepFrames = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
 
 // sandboxPSS sums Pss over every process in the sandbox's pids cgroup.
 func sandboxPSS(id string) (kb int64, procs int, err error) {
@@ -299,6 +315,9 @@ func BenchmarkBrowserConcurrent(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(steps.Load())/elapsed.Seconds(), "steps/s")
+	stepFrames.Lock()
+	b.Logf("frames: %v", stepFrames.n)
+	stepFrames.Unlock()
 	b.ReportMetric(ms(percentile(lat, 0.5)), "p50_ms")
 	b.ReportMetric(ms(percentile(lat, 0.9)), "p90_ms")
 	var total int64
