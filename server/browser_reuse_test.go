@@ -3,9 +3,6 @@ package server_test
 import (
 	"bytes"
 	"encoding/base64"
-	"image"
-	"image/draw"
-	"image/jpeg"
 	"io"
 	"net/http"
 	"strings"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/orchard/orchard/internal/testing/pixels"
 	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
@@ -33,17 +31,6 @@ func getShot(t *testing.T, srv *testserver.Server, id string) ([]byte, string) {
 		t.Fatalf("screenshot: %d %v %.200s", res.StatusCode, err, img)
 	}
 	return img, res.Header.Get("X-Orchard-Capture")
-}
-
-func rgba(t *testing.T, b []byte) *image.RGBA {
-	t.Helper()
-	img, err := jpeg.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := image.NewRGBA(img.Bounds())
-	draw.Draw(out, out.Bounds(), img, img.Bounds().Min, draw.Src)
-	return out
 }
 
 // Through the REST API with the default settings: a screenshot of a page
@@ -78,7 +65,7 @@ func TestBrowserFramesThroughREST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := differ(rgba(t, first), rgba(t, stepShot)); n == 0 {
+	if n := pixels.Differing(pixels.Decode(t, first), pixels.Decode(t, stepShot)); n == 0 {
 		t.Error("the step's frame shows no change")
 	}
 	// The click's own frame may be drawn while the step's capture ran: the
@@ -86,7 +73,7 @@ func TestBrowserFramesThroughREST(t *testing.T) {
 	// frames), then the one after that is reused.
 	time.Sleep(300 * time.Millisecond)
 	after, _ := getShot(t, srv, id)
-	if n := differ(rgba(t, stepShot), rgba(t, after)); n != 0 {
+	if n := pixels.Differing(pixels.Decode(t, stepShot), pixels.Decode(t, after)); n != 0 {
 		t.Errorf("the screenshot after the step differs from its frame in %d pixels", n)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -104,17 +91,4 @@ func TestBrowserFramesThroughREST(t *testing.T) {
 		t.Errorf("with a DevTools client attached: %q", frame)
 	}
 	conn.Close()
-}
-
-func differ(a, b *image.RGBA) int {
-	if a.Bounds() != b.Bounds() {
-		return a.Bounds().Dx() * a.Bounds().Dy()
-	}
-	n := 0
-	for i := 0; i < len(a.Pix); i += 4 {
-		if a.Pix[i] != b.Pix[i] || a.Pix[i+1] != b.Pix[i+1] || a.Pix[i+2] != b.Pix[i+2] {
-			n++
-		}
-	}
-	return n
 }
