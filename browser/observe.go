@@ -109,7 +109,7 @@ func (s *Session) Observe(ctx context.Context, o ObserveOptions) (Observation, e
 	}
 
 	opts := map[string]any{"som": o.SOM || o.Marks, "ax": o.AXTree, "text": o.Text, "full": o.FullPage, "textMax": textMax}
-	reuse := o.Screenshot != "none" && keyable(o) && !s.opts.AlwaysCapture
+	reuse := keyable(o) && !s.opts.AlwaysCapture
 	if reuse {
 		quiet, _, _ := s.settleParams(ctx, s.opts.SettleTimeout)
 		opts["fc"] = max(quiet.Milliseconds(), 1)

@@ -22,10 +22,12 @@ package browser
 // after its load, a frame of an animated image. A capture draws one frame
 // itself; any other after it means the kept capture is stale. A frame is
 // reported a little after it is drawn, so a capture is reused only once
-// as long as it took has passed since it ended. A document the tracker
-// cannot look into (another origin, PlainSettle) or a tab whose
-// screencast is off (it stops while a page animates, see onCastFrame)
-// always gets a new frame. Options.AlwaysCapture turns both off.
+// frames drawn since it ended, or since the last input, would have been
+// reported (reuseAtLocked). A document the tracker cannot look into
+// (another origin, PlainSettle), a tab whose screencast is off (it stops
+// while a page animates, see onCastFrame, and while captures are slow,
+// see saturatedLocked) and a session with a DevTools client attached
+// always get a new frame. Options.AlwaysCapture turns both off.
 
 import (
 	"context"
