@@ -67,14 +67,18 @@ type Repo struct {
 }
 
 // gitRef is what Repo.Commit may hold: a hash, a tag or a branch name; it
-// is passed to git as an argument, so never an option.
-var gitRef = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$`)
+// is passed to git as an argument, so never an option. The length is
+// checked apart: a bounded repeat in the pattern ({0,199}) compiles into
+// 200 copies, which cost every process linking this package 3–5 ms at start.
+var gitRef = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/-]*$`)
+
+const maxGitRef = 200
 
 func (r *Repo) validate() error {
 	switch {
 	case (r.Path == "") == (r.Tarball == ""):
 		return fmt.Errorf("setup.repo: want one of path and tarball")
-	case r.Commit != "" && !gitRef.MatchString(r.Commit):
+	case r.Commit != "" && (len(r.Commit) > maxGitRef || !gitRef.MatchString(r.Commit)):
 		return fmt.Errorf("setup.repo.commit %q is not a commit, tag or branch name", r.Commit)
 	case r.Dir != "" && !strings.HasPrefix(r.Dir, "/"):
 		return fmt.Errorf("setup.repo.dir %q is not an absolute path", r.Dir)

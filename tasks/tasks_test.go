@@ -116,6 +116,7 @@ func TestParseErrors(t *testing.T) {
 		{"repo path and tarball", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","tarball":"/r.tar"}}}`, []string{"line 1", "one of path and tarball"}},
 		{"repo neither", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"commit":"abc"}}}`, []string{"line 1", "one of path and tarball"}},
 		{"repo commit option", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","commit":"--upload-pack=x"}}}`, []string{"line 1", "setup.repo.commit"}},
+		{"repo commit too long", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","commit":"` + strings.Repeat("a", 201) + `"}}}`, []string{"line 1", "setup.repo.commit"}},
 		{"repo not a tarball", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"tarball":"/r.zip"}}}`, []string{"line 1", ".tgz"}},
 		{"repo relative dir", "t.jsonl", `{"id":"a","question":"q","setup":{"repo":{"path":"/r","dir":"src"}}}`, []string{"line 1", "setup.repo.dir"}},
 		{"tests without placeholder", "t.jsonl", `{"id":"a","question":"q","setup":{"sandbox":{"kind":"shell"}},"eval":{"type":"exec","command":"pytest","fail_to_pass":["t1"]}}`, []string{"line 1", "{test}"}},
