@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,8 +27,11 @@ import (
 )
 
 // childArg is the argument a re-executed binary recognises as the
-// container's process (MaybeChild).
-const childArg = "orchard-floor-child"
+// container's process (MaybeChild); holdArg after its folder keeps it.
+const (
+	childArg = "orchard-floor-child"
+	holdArg  = "hold"
+)
 
 // MaybeChild runs the container's side when this process was started as
 // one by Run, and never returns then. Call it first in TestMain.
@@ -35,7 +39,7 @@ func MaybeChild() {
 	if len(os.Args) < 3 || os.Args[1] != childArg {
 		return
 	}
-	if err := child(os.Args[2]); err != nil {
+	if err := child(os.Args[2], len(os.Args) > 3 && os.Args[3] == holdArg); err != nil {
 		fmt.Fprintln(os.Stderr, "floor child:", err)
 		os.Exit(1)
 	}
@@ -44,8 +48,9 @@ func MaybeChild() {
 
 // child is the container's process: in its own namespaces, it mounts an
 // overlay of the host's root, with its /proc, enters it and becomes
-// `echo ok`.
-func child(dir string) error {
+// `echo ok` — or, held, prints ok itself and becomes `sleep`, so that the
+// container lives on as a sandbox does.
+func child(dir string, hold bool) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -63,7 +68,14 @@ func child(dir string) error {
 	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
-	return unix.Exec("/bin/echo", []string{"echo", "ok"}, []string{"PATH=/usr/bin:/bin"})
+	env := []string{"PATH=/usr/bin:/bin"}
+	if hold {
+		if _, err := os.Stdout.WriteString("ok\n"); err != nil {
+			return err
+		}
+		return unix.Exec("/bin/sleep", []string{"sleep", "infinity"}, env)
+	}
+	return unix.Exec("/bin/echo", []string{"echo", "ok"}, env)
 }
 
 // Result is one Run.
@@ -78,6 +90,19 @@ type Result struct {
 // parent of its own, waits for each one's output, and removes it.
 // Scratch space is a tmpfs under a fresh folder of tmp.
 func Run(ctx context.Context, n, concurrency int, tmp string) (Result, error) {
+	return run(ctx, n, concurrency, tmp, false)
+}
+
+// RunHeld is Run with every container kept alive until all n have
+// printed, as n sandboxes made at once all live: their processes, mount
+// and network namespaces and cgroups exist together, and what the kernel
+// walks per live process or namespace costs the later ones more. Elapsed
+// ends when the last one has printed; all are removed after.
+func RunHeld(ctx context.Context, n, concurrency int, tmp string) (Result, error) {
+	return run(ctx, n, concurrency, tmp, true)
+}
+
+func run(ctx context.Context, n, concurrency int, tmp string, hold bool) (Result, error) {
 	base, err := os.MkdirTemp(tmp, "orchard-floor-")
 	if err != nil {
 		return Result{}, err
@@ -105,6 +130,8 @@ func Run(ctx context.Context, n, concurrency int, tmp string) (Result, error) {
 	}
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
+	var held []*exec.Cmd
+	var heldMu sync.Mutex
 	start := time.Now()
 	for i := range n {
 		if ctx.Err() != nil {
@@ -113,7 +140,23 @@ func Run(ctx context.Context, n, concurrency int, tmp string) (Result, error) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := one(ctx, exe, filepath.Join(base, strconv.Itoa(i)), cg, strconv.Itoa(i)); err != nil {
+			name := strconv.Itoa(i)
+			dir := filepath.Join(base, name)
+			if !hold {
+				if err := one(ctx, exe, dir, cg, name); err != nil {
+					fail(err)
+					return
+				}
+				ok.Add(1)
+				return
+			}
+			cmd, err := start1(ctx, exe, dir, cg, name, true)
+			if cmd != nil {
+				heldMu.Lock()
+				held = append(held, cmd)
+				heldMu.Unlock()
+			}
+			if err != nil {
 				fail(err)
 				return
 			}
@@ -121,24 +164,62 @@ func Run(ctx context.Context, n, concurrency int, tmp string) (Result, error) {
 		})
 	}
 	wg.Wait()
-	return Result{Elapsed: time.Since(start), OK: int(ok.Load()), Err: first}, nil
+	elapsed := time.Since(start)
+	// Held containers go only now, outside the time; their scratch and
+	// cgroups with them.
+	for _, cmd := range held {
+		_ = cmd.Process.Kill()
+	}
+	for _, cmd := range held {
+		_ = cmd.Wait()
+	}
+	if hold {
+		for i := range n {
+			name := strconv.Itoa(i)
+			cg.remove(name)
+			_ = os.RemoveAll(filepath.Join(base, name))
+		}
+	}
+	return Result{Elapsed: elapsed, OK: int(ok.Load()), Err: first}, nil
 }
 
 // one makes, runs and removes one bare container.
 func one(ctx context.Context, exe, dir string, cg *cgroups, name string) error {
+	defer os.RemoveAll(dir)
+	defer cg.remove(name)
+	_, err := start1(ctx, exe, dir, cg, name, false)
+	return err
+}
+
+// start1 makes one bare container and waits for its "ok": for it to exit,
+// or, held, for the line alone, handing back the still running process
+// (also on failure, once started, for the caller to kill and reap).
+func start1(ctx context.Context, exe, dir string, cg *cgroups, name string, hold bool) (*exec.Cmd, error) {
 	for _, d := range []string{"upper", "work", "root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	defer os.RemoveAll(dir)
 	if err := cg.make(name); err != nil {
-		return err
+		return nil, err
 	}
-	defer cg.remove(name)
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, exe, childArg, dir)
+	args := []string{childArg, dir}
+	if hold {
+		args = append(args, holdArg)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	var pipe *os.File
+	if hold {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		cmd.Stdout, pipe = w, r
+		defer w.Close()
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC |
 			syscall.CLONE_NEWNET | unix.CLONE_NEWCGROUP,
@@ -149,20 +230,30 @@ func one(ctx context.Context, exe, dir string, cg *cgroups, name string) error {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := cg.join(name, cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return err
+		return nil, err
+	}
+	if hold {
+		// The child's end must close here, or a child that dies before
+		// printing leaves the read below waiting forever.
+		cmd.Stdout.(*os.File).Close()
+		line := make([]byte, 3)
+		if _, err := io.ReadFull(pipe, line); err != nil || string(line) != "ok\n" {
+			return cmd, fmt.Errorf("container %s printed %q: %v: %s", name, line, err, out.Bytes())
+		}
+		return cmd, nil
 	}
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("container %s: %w: %s", name, err, out.Bytes())
+		return nil, fmt.Errorf("container %s: %w: %s", name, err, out.Bytes())
 	}
 	if out.String() != "ok\n" {
-		return fmt.Errorf("container %s printed %q", name, out.Bytes())
+		return nil, fmt.Errorf("container %s printed %q", name, out.Bytes())
 	}
-	return nil
+	return nil, nil
 }
 
 // cgroups makes the containers' cgroups, with a sandbox's limits: 128 MiB,
@@ -240,7 +331,10 @@ func (c *cgroups) join(name string, pid int) error {
 func (c *cgroups) remove(name string) {
 	for _, d := range c.dirs(name) {
 		// The kernel may still be releasing the exited process.
-		for i := 0; i < 100 && os.Remove(d) != nil; i++ {
+		for i := 0; i < 100; i++ {
+			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}

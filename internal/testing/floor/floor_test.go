@@ -17,25 +17,38 @@ func TestMain(m *testing.M) {
 }
 
 // The floor's containers run, print and are removed, cgroups and
-// scratch space included.
+// scratch space included; held ones too, once all have printed.
 func TestRunMakesBareContainers(t *testing.T) {
 	testenv.RequireRoot(t)
-	tmp := t.TempDir()
-	res, err := Run(context.Background(), 24, 4, tmp)
-	if err != nil || res.Err != nil || res.OK != 24 || res.Elapsed <= 0 {
-		t.Fatalf("Run = %+v, %v", res, err)
-	}
-	if left, _ := os.ReadDir(tmp); len(left) != 0 {
-		t.Errorf("scratch left: %v", left)
-	}
-	for _, d := range newCgroups("orchard-floor-x").dirs("") {
-		parent := d[:len(d)-len("orchard-floor-x")]
-		entries, _ := os.ReadDir(parent)
-		for _, e := range entries {
-			if len(e.Name()) > 14 && e.Name()[:14] == "orchard-floor-" {
-				t.Errorf("cgroup left: %s%s", parent, e.Name())
+	for _, tc := range []struct {
+		name string
+		run  func(context.Context, int, int, string) (Result, error)
+	}{
+		{"exit at once", Run},
+		{"held", RunHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			res, err := tc.run(context.Background(), 24, 4, tmp)
+			if err != nil || res.Err != nil || res.OK != 24 || res.Elapsed <= 0 {
+				t.Fatalf("Run = %+v, %v", res, err)
 			}
-		}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Errorf("scratch left: %v", left)
+			}
+			for _, d := range newCgroups("orchard-floor-x").dirs("") {
+				parent := d[:len(d)-len("orchard-floor-x")]
+				entries, _ := os.ReadDir(parent)
+				for _, e := range entries {
+					if len(e.Name()) > 14 && e.Name()[:14] == "orchard-floor-" {
+						t.Errorf("cgroup left: %s%s", parent, e.Name())
+					}
+				}
+			}
+			if out, _ := exec.Command("pgrep", "-f", "^sleep infinity$").Output(); len(out) != 0 {
+				t.Errorf("held containers left running: %s", out)
+			}
+		})
 	}
 }
 
