@@ -218,8 +218,8 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("floor: %d of %d bare containers ran: %v %v", fl.OK, n, err, fl.Err)
 		}
 		held, err := floor.RunHeld(b.Context(), n, floorConcurrency, os.TempDir())
-		if err != nil || held.Err != nil || held.OK != n {
-			b.Fatalf("held floor: %d of %d bare containers ran: %v %v", held.OK, n, err, held.Err)
+		if err != nil || held.Err != nil || held.OK != n || held.Held != n {
+			b.Fatalf("held floor: %d of %d bare containers ran, %d held: %v %v", held.OK, n, held.Held, err, held.Err)
 		}
 		memBefore := usedMemory()
 		var ok atomic.Int64

@@ -82,6 +82,7 @@ func child(dir string, hold bool) error {
 type Result struct {
 	Elapsed time.Duration
 	OK      int
+	Held    int   // RunHeld: containers still alive when the last had printed
 	Err     error // the first failure, if any
 }
 
@@ -167,7 +168,11 @@ func run(ctx context.Context, n, concurrency int, tmp string, hold bool) (Result
 	elapsed := time.Since(start)
 	// Held containers go only now, outside the time; their scratch and
 	// cgroups with them.
+	alive := 0
 	for _, cmd := range held {
+		if running(cmd.Process.Pid) {
+			alive++
+		}
 		_ = cmd.Process.Kill()
 	}
 	for _, cmd := range held {
@@ -180,7 +185,19 @@ func run(ctx context.Context, n, concurrency int, tmp string, hold bool) (Result
 			_ = os.RemoveAll(filepath.Join(base, name))
 		}
 	}
-	return Result{Elapsed: elapsed, OK: int(ok.Load()), Err: first}, nil
+	return Result{Elapsed: elapsed, OK: int(ok.Load()), Held: alive, Err: first}, nil
+}
+
+// running reports whether pid is a live process: not gone and not a
+// zombie, which signal 0 would still reach until it is reaped.
+func running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }
 
 // one makes, runs and removes one bare container.
@@ -210,15 +227,15 @@ func start1(ctx context.Context, exe, dir string, cg *cgroups, name string, hold
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	var pipe *os.File
+	var pipe, pipeW *os.File
 	if hold {
-		r, w, err := os.Pipe()
-		if err != nil {
+		var err error
+		if pipe, pipeW, err = os.Pipe(); err != nil {
 			return nil, err
 		}
-		defer r.Close()
-		cmd.Stdout, pipe = w, r
-		defer w.Close()
+		defer pipe.Close()
+		defer pipeW.Close()
+		cmd.Stdout = pipeW
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC |
@@ -240,7 +257,7 @@ func start1(ctx context.Context, exe, dir string, cg *cgroups, name string, hold
 	if hold {
 		// The child's end must close here, or a child that dies before
 		// printing leaves the read below waiting forever.
-		cmd.Stdout.(*os.File).Close()
+		pipeW.Close()
 		line := make([]byte, 3)
 		if _, err := io.ReadFull(pipe, line); err != nil || string(line) != "ok\n" {
 			return cmd, fmt.Errorf("container %s printed %q: %v: %s", name, line, err, out.Bytes())

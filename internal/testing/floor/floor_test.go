@@ -23,14 +23,15 @@ func TestRunMakesBareContainers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		run  func(context.Context, int, int, string) (Result, error)
+		held int
 	}{
-		{"exit at once", Run},
-		{"held", RunHeld},
+		{"exit at once", Run, 0},
+		{"held", RunHeld, 24},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp := t.TempDir()
 			res, err := tc.run(context.Background(), 24, 4, tmp)
-			if err != nil || res.Err != nil || res.OK != 24 || res.Elapsed <= 0 {
+			if err != nil || res.Err != nil || res.OK != 24 || res.Held != tc.held || res.Elapsed <= 0 {
 				t.Fatalf("Run = %+v, %v", res, err)
 			}
 			if left, _ := os.ReadDir(tmp); len(left) != 0 {
