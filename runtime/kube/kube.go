@@ -373,7 +373,35 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if full {
 		r.deleteEgressPolicy(ctx, id)
 	}
+	r.awaitDeleting(ctx, name)
 	return nil
+}
+
+// informerLag bounds how long Delete waits for the informer to see its own
+// delete; past it the delete stands, and only the cache is late.
+const informerLag = 5 * time.Second
+
+// awaitDeleting waits until the informer shows the pod gone or being
+// deleted, so that Inspect and List, which read the informer, agree with a
+// Delete that has returned.
+func (r *Runtime) awaitDeleting(ctx context.Context, name string) {
+	timer := time.NewTimer(informerLag)
+	defer timer.Stop()
+	for {
+		ch := r.changed(name)
+		pod, err := r.pods.Get(name)
+		if err != nil || pod.DeletionTimestamp != nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			slog.WarnContext(ctx, "kube runtime: informer has not seen a delete", "pod", name, "waited", informerLag)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Inspect reports the sandbox's pod as the informer last saw it. A pod

@@ -130,16 +130,13 @@ func TestLifecycleOnAPIServer(t *testing.T) {
 	if err := r.Delete(t.Context(), "life1"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := r.Inspect(t.Context(), "life1")
-		if faults.Is(err, faults.CodeSandboxNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Inspect after Delete = %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Read-your-writes: Inspect and List read the informer, and a Delete
+	// that has returned must already show there.
+	if _, err := r.Inspect(t.Context(), "life1"); !faults.Is(err, faults.CodeSandboxNotFound) {
+		t.Fatalf("Inspect right after Delete = %v; want %s", err, faults.CodeSandboxNotFound)
+	}
+	if list, _ := r.List(t.Context()); slices.ContainsFunc(list, func(i runtime.Instance) bool { return i.ID == "life1" }) {
+		t.Fatalf("List right after Delete = %v", list)
 	}
 	if err := r.Delete(t.Context(), "life1"); err != nil {
 		t.Errorf("second Delete = %v", err)
