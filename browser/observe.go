@@ -273,7 +273,10 @@ func (s *Session) screenshot(ctx context.Context, t *tab, o ObserveOptions, st p
 	}
 	cctx, cancel := t.callCtx(ctx, s.opts.CallTimeout)
 	defer cancel()
+	asked := time.Now()
+	t.capturing(asked)
 	res, err := cdp.Call(cctx, t.target, page.CaptureScreenshot, p)
+	t.captureEnded(asked, time.Now())
 	if err != nil {
 		return nil, s.classify(cctx, t, "screenshot", err)
 	}

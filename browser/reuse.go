@@ -104,6 +104,38 @@ type damage struct {
 	// capMin and capAvg are the fastest capture of the tab and a moving
 	// average of the latest (see saturatedLocked).
 	capMin, capAvg time.Duration
+	// capAsked and capDone bracket the tab's latest capture (capDone
+	// before capAsked while one runs): the compositor holds back the
+	// frames it draws meanwhile, the capture's own among them, until the
+	// capture is read back, so their delay is the capture's, not the
+	// reporting's (see onCastFrame).
+	capAsked, capDone time.Time
+}
+
+// capturing records the start of a capture of the tab.
+func (t *tab) capturing(at time.Time) {
+	t.mu.Lock()
+	t.dmg.capAsked = at
+	t.mu.Unlock()
+}
+
+// captureEnded records the end of the capture started at asked.
+func (t *tab) captureEnded(asked, at time.Time) {
+	t.mu.Lock()
+	if t.dmg.capAsked.Equal(asked) {
+		t.dmg.capDone = at
+	}
+	t.mu.Unlock()
+}
+
+// heldByCaptureLocked reports a frame drawn at at while a capture ran:
+// one reported late because of it. Callers hold t.mu.
+func (t *tab) heldByCaptureLocked(at time.Time) bool {
+	d := &t.dmg
+	if d.capAsked.IsZero() || at.Before(d.capAsked) {
+		return false
+	}
+	return d.capDone.Before(d.capAsked) || !at.After(d.capDone)
 }
 
 // captured records how long a capture took.
@@ -203,7 +235,7 @@ func (t *tab) onCastFrame(e *page.EventScreencastFrame) {
 	}
 	d.ring[d.n%castRing] = at
 	d.n++
-	if l := time.Since(at); l > 0 && l < time.Second {
+	if l := time.Since(at); l > 0 && l < time.Second && !t.heldByCaptureLocked(at) {
 		d.lat = max(l, d.lat*9/10)
 	}
 	target, id := t.target, e.SessionID

@@ -202,3 +202,73 @@ func TestSaturation(t *testing.T) {
 		})
 	}
 }
+
+// The compositor holds back the frames it draws while a capture runs, the
+// capture's own among them, until the capture is read back: their delay
+// is the capture's and must not count as how late frames are reported,
+// or every reuse would wait about as long as a capture (with the
+// CDPScreenshotNewSurface feature a still step took 85 ms instead of 39).
+func TestCaptureFramesDoNotCountAsLate(t *testing.T) {
+	s := openPage(t, "/basic.html")
+	unsaturate(t, s)
+	tb, err := s.activeTab(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jpeg := ObserveOptions{Screenshot: "jpeg"}
+	observe(t, s, jpeg) // starts the damage screencast
+	time.Sleep(300 * time.Millisecond)
+	state := func() (int, time.Duration) {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		return tb.dmg.n, tb.dmg.lat
+	}
+	for i := range 3 {
+		n0, lat0 := state()
+		unsaturate(t, s)
+		asked := time.Now()
+		if _, err := s.screenshot(ctxT(t), tb, jpeg, pageState{}, 1, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(asked)
+		time.Sleep(300 * time.Millisecond) // the held frames are reported
+		n, lat := state()
+		if n == n0 {
+			t.Fatalf("capture %d: the screencast reported no frame for it", i)
+		}
+		if lat > lat0 {
+			t.Errorf("capture %d (%v): frames counted %v late after it, %v before", i, took, lat, lat0)
+		}
+	}
+}
+
+func TestHeldByCapture(t *testing.T) {
+	base := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	cases := []struct {
+		name          string
+		asked, done   time.Time
+		frame         time.Time
+		heldByCapture bool
+	}{
+		{"no capture yet", time.Time{}, time.Time{}, at(5), false},
+		{"drawn before the capture", at(10), at(80), at(5), false},
+		{"drawn during it", at(10), at(80), at(37), true},
+		{"drawn as it ended", at(10), at(80), at(80), true},
+		{"drawn after it", at(10), at(80), at(81), false},
+		{"drawn while one runs", at(100), at(80), at(120), true},
+		{"drawn before the running one", at(100), at(80), at(90), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tb := &tab{}
+			tb.dmg.capAsked, tb.dmg.capDone = c.asked, c.done
+			tb.mu.Lock()
+			got := tb.heldByCaptureLocked(c.frame)
+			tb.mu.Unlock()
+			if got != c.heldByCapture {
+				t.Errorf("held %v, want %v", got, c.heldByCapture)
+			}
+		})
+	}
+}
