@@ -206,7 +206,7 @@ func TestSaturation(t *testing.T) {
 // The compositor holds back the frames it draws while a capture runs, the
 // capture's own among them, until the capture is read back: their delay
 // is the capture's and must not count as how late frames are reported,
-// or every reuse would wait about as long as a capture (with the
+// or every reuse would wait about as long as a capture (with Chromium's
 // CDPScreenshotNewSurface feature a still step took 85 ms instead of 39).
 func TestCaptureFramesDoNotCountAsLate(t *testing.T) {
 	s := openPage(t, "/basic.html")

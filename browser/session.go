@@ -209,12 +209,12 @@ var disabledFeatures = []string{"Translate", "MediaRouter", "OptimizationHints",
 // process, not a utility process of its own (a lone sandbox after 100
 // steps: 212 → 202 MB PSS). Its crash is then the browser's, which the
 // session restarts as it does any browser crash.
-// CDPScreenshotNewSurface: Page.captureScreenshot takes the renderer's
-// next frame itself instead of forcing a redraw and then copying the
-// surface at a later draw; a click that changes the DOM plus a JPEG took
-// 101–104 ms instead of 115–118 (Playwright's own launch turns it on).
+// CDPScreenshotNewSurface, which Playwright's launch turns on, is left
+// off: a capture then takes the renderer's next frame, 12 % sooner on an
+// idle machine, but at a higher cost in CPU, and 16 sandboxes stepping on
+// two cores made 16-17 steps/s instead of 18-21 (docs/benchmarks.md).
 // Features are one switch: another --enable-features replaces this list.
-var enabledFeatures = []string{"NetworkServiceInProcess2", "CDPScreenshotNewSurface"}
+var enabledFeatures = []string{"NetworkServiceInProcess2"}
 
 func (s *Session) allocatorOptions() []chromedp.ExecAllocatorOption {
 	o := s.opts
