@@ -37,6 +37,21 @@ SHELL_TASK = {"id": "env-shell", "question": "Make /workspace/test.sh pass.",
               "eval": {"type": "exec", "command": "sh {test}", "fail_to_pass": ["/workspace/test.sh"]}}
 
 
+# Prints each episode's "episode_id sandbox_id" once. Policies run in
+# threads and print() writes its pieces separately, so two episodes' ids
+# could interleave on one line: one locked write per line keeps them whole.
+ANNOUNCE = textwrap.dedent("""
+    import sys, threading
+    _lock, _seen = threading.Lock(), set()
+    def announce(info):
+        with _lock:
+            if info["episode_id"] not in _seen:
+                _seen.add(info["episode_id"])
+                sys.stdout.write(f'{info["episode_id"]} {info["sandbox_id"]}\\n')
+                sys.stdout.flush()
+""")
+
+
 @unittest.skipUnless(os.environ.get("ORCHARD_URL"), "ORCHARD_URL not set: no server to test against")
 class EnvTest(unittest.TestCase):
     @classmethod
@@ -135,11 +150,11 @@ class EnvTest(unittest.TestCase):
     def test_sigterm_leaves_no_sandbox(self):
         # A batch whose policy never returns; SIGTERM must abort its
         # episodes and release their sandboxes before the process dies.
-        script = textwrap.dedent("""
+        script = ANNOUNCE + textwrap.dedent("""
             import sys, time
             from orchard import run_batch
             def policy(obs, info):
-                print(info["episode_id"], info["sandbox_id"], flush=True)
+                announce(info)
                 time.sleep(600)
             run_batch(policy, ["envtest/env-hello"] * 2, parallel=2)
         """)
@@ -159,11 +174,11 @@ class EnvTest(unittest.TestCase):
     def test_ctrl_c_leaves_no_sandbox(self):
         # Ctrl-C in a batch: the running episodes are aborted at once; the
         # policy calls in flight return into aborted episodes and end.
-        script = textwrap.dedent("""
+        script = ANNOUNCE + textwrap.dedent("""
             import sys, time
             from orchard import run_batch
             def policy(obs, info):
-                print(info["episode_id"], info["sandbox_id"], flush=True)
+                announce(info)
                 time.sleep(2)
                 return {"type": "wait", "ms": 1}
             try:
