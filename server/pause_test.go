@@ -10,10 +10,11 @@ import (
 	"github.com/orchard/orchard/internal/testing/testserver"
 )
 
-// readCount runs `cat /tmp/count` in the sandbox.
+// readCount reads the count the sandbox's loop keeps in /tmp/count (0
+// before its first).
 func readCount(t *testing.T, srv *testserver.Server, id string) int {
 	t.Helper()
-	j := execWait(t, srv, id, map[string]any{"command": "cat /tmp/count"})
+	j := execWait(t, srv, id, map[string]any{"command": "cat /tmp/count 2>/dev/null || echo 0"})
 	n, err := strconv.Atoi(strings.TrimSpace(j.Stdout))
 	if err != nil {
 		t.Fatalf("count %q: %v (stderr %q)", j.Stdout, err, j.Stderr)
@@ -37,8 +38,10 @@ func wantCode(t *testing.T, r resp, status int, code string) {
 func TestPauseResume(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{})
 	id := createReady(t, srv, map[string]any{"memory": "128Mi"})
-	// The count lives in the shell's memory; the file only shows it.
-	execWait(t, srv, id, map[string]any{"command": "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done' >/dev/null 2>&1 &"})
+	// The count lives in the shell's memory; the file only shows it,
+	// renamed into place: a read between a truncation and its write
+	// would see an empty file.
+	execWait(t, srv, id, map[string]any{"command": "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.02; done' >/dev/null 2>&1 &"})
 	deadline := time.Now().Add(10 * time.Second)
 	for readCount(t, srv, id) < 5 {
 		if time.Now().After(deadline) {
