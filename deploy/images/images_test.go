@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/orchard/orchard/api"
 	"github.com/orchard/orchard/client"
@@ -108,6 +109,11 @@ func TestReproducible(t *testing.T) {
 // give back the digest the build printed.
 func TestOutputs(t *testing.T) {
 	img := buildImage(t, "orchard-agent")
+	// The layer's digests, hashed while it was written, match its bytes
+	// read back compressed and not.
+	if err := validate.Image(img); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	tag, _ := name.NewTag("orchard.local/orchard-agent:test")
 	ctx := context.Background()
