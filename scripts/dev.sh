@@ -159,7 +159,7 @@ case "$cmd" in
     # running beside them: its pods' churn would load the machine the
     # timing-sensitive tests (chaos attribution, desktop input) run on.
     # The longest packages go first: go test starts packages in the order
-    # given, two at a time on two cores, and the server's (15 minutes
+    # given, two at a time on two cores, and the server's (17 minutes
     # under -race) started among the last would run on alone.
     slow=$(go list ./server ./deploy/images ./cmd/orchard ./browser ./runtime/local)
     mapfile -t pkgs < <(echo "$slow"; go list ./... | grep -v '/runtime/kube$' | grep -vxF "$slow")

@@ -130,7 +130,7 @@ func build(ctx context.Context, spec Spec, o Options) (v1.Image, error) {
 
 // writeLayer writes the tree gzipped into a file of o.Work: the layer is
 // compressed once, and its digests (compressed and not) are hashed as it
-// is written rather than read back (a shell image's 300 MB: 23 → 10 s).
+// is written rather than read back (a shell image build: 23 → 16.7 s).
 func writeLayer(ctx context.Context, r *rootfs, o Options) (v1.Layer, error) {
 	f, err := os.CreateTemp(o.Work, "layer-*.tar.gz")
 	if err != nil {
