@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -64,5 +65,72 @@ func TestReaperPidReuse(t *testing.T) {
 	code, _ := c.exitCode()
 	if code != 0 || time.Since(start) < 200*time.Millisecond {
 		t.Fatalf("child %d (sleep 0.3; exit 0; orphan was %d) reported exit %d after %v: the orphan's status", pid, orphan, code, time.Since(start))
+	}
+}
+
+// The reaper has no timed sweep: every exit must be seen through SIGCHLD
+// alone, however many coalesce. In the first rounds, children registered
+// through start exit all at once and nothing else happens after: every
+// exit must arrive, with its own status. In the last, each child leaves
+// an orphan that exits a little later and reparents to the subreaper;
+// every orphan must be reaped.
+func TestReaperSeesEveryExitWithoutSweep(t *testing.T) {
+	r := acquireReaper(testLogger)
+	defer r.release()
+	devnull, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(devnull)
+	attr := &syscall.ProcAttr{Files: []uintptr{uintptr(devnull), uintptr(devnull), uintptr(devnull)}}
+	pidFile := t.TempDir() + "/orphans"
+
+	const n = 40
+	for round, orphans := range []bool{false, false, false, true} {
+		kids := make([]*child, n)
+		for i := range n {
+			script := "exit " + strconv.Itoa(i)
+			if orphans {
+				script = "sleep 0.05 & echo $! >> " + pidFile + "; " + script
+			}
+			c, err := r.start(func() (int, error) {
+				return syscall.ForkExec("/bin/sh", []string{"sh", "-c", script}, attr)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kids[i] = c
+		}
+		deadline := time.After(10 * time.Second)
+		for i, c := range kids {
+			select {
+			case <-c.done:
+			case <-deadline:
+				t.Fatalf("round %d: child %d (pid %d) never reported its exit", round, i, c.pid)
+			}
+			if code, _ := c.exitCode(); code != i {
+				t.Fatalf("round %d: child %d exited %d, want %d", round, i, code, i)
+			}
+		}
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans := strings.Fields(string(data))
+	if len(orphans) != n {
+		t.Fatalf("%d orphans recorded, want %d", len(orphans), n)
+	}
+	for _, p := range orphans {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			// A reaped orphan's /proc entry is gone; a zombie's stays.
+			if _, err := os.Stat("/proc/" + p); err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				st, _ := os.ReadFile("/proc/" + p + "/stat")
+				t.Fatalf("orphan %s never reaped: %s", p, st)
+			}
+		}
 	}
 }
