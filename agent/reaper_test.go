@@ -22,14 +22,7 @@ func TestReaperPidReuse(t *testing.T) {
 	} else {
 		f.Close()
 	}
-	r := acquireReaper(testLogger)
-	defer r.release()
-	devnull, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(devnull)
-	attr := &syscall.ProcAttr{Files: []uintptr{uintptr(devnull), uintptr(devnull), uintptr(devnull)}}
+	r, attr := testReaper(t)
 
 	// Play a spawn that holds mu while an orphan exits.
 	r.mu.Lock()
@@ -75,14 +68,7 @@ func TestReaperPidReuse(t *testing.T) {
 // an orphan that exits a little later and reparents to the subreaper;
 // every orphan must be reaped.
 func TestReaperSeesEveryExitWithoutSweep(t *testing.T) {
-	r := acquireReaper(testLogger)
-	defer r.release()
-	devnull, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(devnull)
-	attr := &syscall.ProcAttr{Files: []uintptr{uintptr(devnull), uintptr(devnull), uintptr(devnull)}}
+	r, attr := testReaper(t)
 	pidFile := t.TempDir() + "/orphans"
 
 	const n = 40
@@ -133,4 +119,18 @@ func TestReaperSeesEveryExitWithoutSweep(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testReaper acquires the process's reaper for the test, and the
+// attributes of a child whose standard streams are /dev/null.
+func testReaper(t *testing.T) (*reaper, *syscall.ProcAttr) {
+	t.Helper()
+	r := acquireReaper(testLogger)
+	t.Cleanup(r.release)
+	devnull, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(devnull) })
+	return r, &syscall.ProcAttr{Files: []uintptr{uintptr(devnull), uintptr(devnull), uintptr(devnull)}}
 }
