@@ -21,6 +21,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 )
@@ -153,12 +154,14 @@ func writeLayer(ctx context.Context, r *rootfs, o Options) (v1.Layer, error) {
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	return &fileLayer{
+	// partial fills in the reader of the uncompressed bytes; the
+	// digests come from fileLayer, so nothing is read back.
+	return partial.CompressedToLayer(&fileLayer{
 		path:   f.Name(),
 		size:   zout.n,
 		digest: v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(zsum.Sum(nil))},
 		diffID: v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(tsum.Sum(nil))},
-	}, nil
+	})
 }
 
 type countingWriter struct {
@@ -185,34 +188,6 @@ func (l *fileLayer) DiffID() (v1.Hash, error)            { return l.diffID, nil 
 func (l *fileLayer) Size() (int64, error)                { return l.size, nil }
 func (l *fileLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
 func (l *fileLayer) Compressed() (io.ReadCloser, error)  { return os.Open(l.path) }
-func (l *fileLayer) Uncompressed() (io.ReadCloser, error) {
-	f, err := os.Open(l.path)
-	if err != nil {
-		return nil, err
-	}
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("layer: %w", err)
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{zr, closers{zr, f}}, nil
-}
-
-// closers closes each in turn and reports the first error.
-type closers []io.Closer
-
-func (cs closers) Close() error {
-	var first error
-	for _, c := range cs {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
 
 // image wraps the layer with the config of spec.
 func image(spec Spec, o Options, pkgs []installed, layer v1.Layer) (v1.Image, error) {
