@@ -293,9 +293,11 @@ func BenchmarkBrowserConcurrent(b *testing.B) {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var elapsed time.Duration
+	var cpu time.Duration
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
+		cpu0 := machineCPU(b)
 		deadline := start.Add(dur)
 		for _, id := range ids {
 			wg.Go(func() {
@@ -312,9 +314,15 @@ func BenchmarkBrowserConcurrent(b *testing.B) {
 		}
 		wg.Wait()
 		elapsed += time.Since(start)
+		cpu += machineCPU(b) - cpu0
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(steps.Load())/elapsed.Seconds(), "steps/s")
+	// What a step costs the whole machine (sandboxes, server and this
+	// client alike): on a machine the steps saturate, the figure that
+	// decides steps per second.
+	cpuPerStep := ms(cpu) / float64(steps.Load())
+	b.ReportMetric(cpuPerStep, "cpu_ms/step")
 	stepFrames.Lock()
 	b.Logf("frames: %v", stepFrames.n)
 	stepFrames.Unlock()
@@ -342,14 +350,17 @@ func BenchmarkBrowserConcurrent(b *testing.B) {
 	b.ReportMetric(float64(total)/float64(n)/float64(fkb), "x_floor")
 	// The baseline: as many Playwright browsers of the same binary, on
 	// the same page, clicking and taking a JPEG back to back as long.
-	pw := playwrightSteps(b, node, pwDir, n, dur)
+	pw, pwCPU := playwrightSteps(b, node, pwDir, n, dur)
 	b.ReportMetric(pw, "playwright_steps/s")
+	b.ReportMetric(pwCPU, "playwright_cpu_ms/step")
+	b.ReportMetric(cpuPerStep/pwCPU, "x_playwright_cpu")
 	b.ReportMetric(float64(steps.Load())/elapsed.Seconds()/pw, "x_playwright")
 }
 
 // playwrightSteps runs testdata/playwright/steps.js: n Playwright browsers
-// stepping on testPage for dur; it returns their aggregate steps/s.
-func playwrightSteps(b *testing.B, node, dir string, n int, dur time.Duration) float64 {
+// stepping on testPage for dur; it returns their aggregate steps/s and the
+// machine's CPU time per step.
+func playwrightSteps(b *testing.B, node, dir string, n int, dur time.Duration) (float64, float64) {
 	exe, err := chromium.Find(chromium.Auto, true)
 	if err != nil {
 		b.Fatalf("find chromium: %v", err)
@@ -374,12 +385,40 @@ func playwrightSteps(b *testing.B, node, dir string, n int, dur time.Duration) f
 		Steps   int     `json:"steps"`
 		Seconds float64 `json:"seconds"`
 		P50     float64 `json:"p50_ms"`
+		CPU     float64 `json:"cpu_s"`
 	}
-	if err := json.Unmarshal(out, &r); err != nil || r.Seconds <= 0 {
+	if err := json.Unmarshal(out, &r); err != nil || r.Seconds <= 0 || r.Steps == 0 {
 		b.Fatalf("playwright printed %q: %v", out, err)
 	}
 	b.Logf("playwright: %d steps in %.1f s, p50 %.1f ms", r.Steps, r.Seconds, r.P50)
-	return float64(r.Steps) / r.Seconds
+	return float64(r.Steps) / r.Seconds, r.CPU * 1000 / float64(r.Steps)
+}
+
+// machineCPU is the CPU time every core of the machine has spent busy
+// since boot: /proc/stat's first line, all but idle and iowait, in the
+// kernel's USER_HZ ticks (100 a second on Linux).
+func machineCPU(b *testing.B) time.Duration {
+	f, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatalf("machine CPU: %v", err)
+	}
+	line, _, _ := strings.Cut(string(f), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		b.Fatalf("machine CPU: /proc/stat starts %q", line)
+	}
+	var ticks int64
+	for i, v := range fields[1:9] { // user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("machine CPU: %q: %v", line, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // browserFloor is floor.BrowserPSS for the binary a browser sandbox runs.
