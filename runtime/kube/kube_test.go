@@ -191,12 +191,14 @@ func TestNetworkPolicies(t *testing.T) {
 }
 
 // manualNode is a node nobody runs: the scheduler places pods on it, and
-// the test writes their status as its kubelet would.
+// the test writes their status as its kubelet would. Its taint keeps off
+// the pods of other tests sharing the cluster, which nothing would run.
 func manualNode(t *testing.T, cs kubernetes.Interface) map[string]string {
 	t.Helper()
 	name := fmt.Sprintf("manual-%d", time.Now().UnixNano()%1e9)
 	sel := map[string]string{"orchard-test/node": name}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: sel}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: sel},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "orchard-test/manual", Effect: corev1.TaintEffectNoSchedule}}}}
 	if _, err := cs.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
