@@ -99,11 +99,19 @@ func BrowserMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("browser daemon: %w", err)
 	}
 	// A request that finds the browser dead ends the daemon at once, so
-	// the agent restarts it before the caller's next step.
+	// the agent restarts it before the caller's next step. One that finds
+	// it dead before it ran says so (headerNotRun): nothing of it
+	// happened, and the agent runs it again on the restarted browser.
 	dead := make(chan struct{})
 	var deadOnce sync.Once
 	h := st.track(sess, browserHandler(sess, log))
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := sess.Err(); err != nil {
+			deadOnce.Do(func() { close(dead) })
+			w.Header().Set(headerNotRun, "1")
+			writeFault(w, err)
+			return
+		}
 		h.ServeHTTP(w, r)
 		if sess.Err() != nil {
 			deadOnce.Do(func() { close(dead) })
@@ -112,30 +120,26 @@ func BrowserMain(ctx context.Context, args []string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	signalReady(ready)
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			_ = srv.Close()
-			return nil
-		case err := <-errc:
-			return err
-		case <-dead:
-			// Shutdown, not Close: the request that found the browser dead
-			// is still writing its answer.
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = srv.Shutdown(sctx)
-			cancel()
-			return sess.Err()
-		case <-t.C:
-			if err := sess.Err(); err != nil {
-				_ = srv.Close()
-				return err
-			}
-		}
+	select {
+	case <-ctx.Done():
+		_ = srv.Close()
+		return nil
+	case err := <-errc:
+		return err
+	case <-dead:
+	case <-sess.Dead():
 	}
+	// Shutdown, not Close: a request the browser died under is still
+	// writing its answer.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	return sess.Err()
 }
+
+// headerNotRun marks a browser daemon's answer to a call it did not run
+// because the browser was already dead; the agent strips it.
+const headerNotRun = "X-Orchard-Not-Run"
 
 // browserHandler serves API.md's browser paths over one session.
 func browserHandler(sess *browser.Session, log *slog.Logger) http.Handler {
@@ -652,31 +656,69 @@ const restartWait = browserStartTimeout
 // answered with its death is run again once it is back: only a restart
 // that fails or takes too long is the caller's error. An action that was
 // running when the browser died is not run again (part of it may have
-// happened): it answers the crash.
-func (b *browserProc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	waited, err := b.awaitUp(r.Context())
-	if err != nil {
-		writeJSON(w, faults.Of(err).StatusOf(), faults.EnvelopeOf(faults.Of(err)))
-		return
-	}
-	if waited {
-		w.Header().Set(HeaderRestarted, strconv.Itoa(b.restartCount()))
-	}
-	if r.Method != http.MethodGet || streamed(r) {
-		b.proxy.ServeHTTP(w, r)
-		return
-	}
-	rec := &bufferedResponse{header: http.Header{}}
-	b.proxy.ServeHTTP(rec, r)
-	if b.died(rec) {
-		if _, err := b.awaitUp(r.Context()); err == nil {
-			rec = &bufferedResponse{header: http.Header{}}
-			b.proxy.ServeHTTP(rec, r)
+// happened): it answers the crash. One the daemon turned away because the
+// browser was dead already is run again, as a read is.
+func (b *browserProc) ServeHTTP(w http.ResponseWriter, r *http.Request) { b.serve(w, r, true) }
+
+// serve is ServeHTTP; without heal, the call neither waits for a restart
+// nor runs again after one: it answers the daemon's death, as a step
+// whose fault plan just crashed the browser must.
+func (b *browserProc) serve(w http.ResponseWriter, r *http.Request, heal bool) {
+	if heal {
+		waited, err := b.awaitUp(r.Context())
+		if err != nil {
+			writeJSON(w, faults.Of(err).StatusOf(), faults.EnvelopeOf(faults.Of(err)))
+			return
+		}
+		if waited {
 			w.Header().Set(HeaderRestarted, strconv.Itoa(b.restartCount()))
 		}
 	}
+	if streamed(r) {
+		b.proxy.ServeHTTP(w, r)
+		return
+	}
+	// A call other than a read runs again only when the daemon did not run
+	// it, which needs its body kept: a body too large to keep is sent as
+	// it comes, and the call is not run again.
+	var body []byte
+	if r.Method != http.MethodGet {
+		kept, err := io.ReadAll(io.LimitReader(r.Body, rerunBodyLimit+1))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, faults.EnvelopeOf(faults.Wrap(err, faults.CodeValidation, faults.InvalidRequest, faults.Client,
+				"read the request's body: "+err.Error())))
+			return
+		}
+		if len(kept) > rerunBodyLimit {
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(kept), r.Body))
+			b.proxy.ServeHTTP(w, r)
+			return
+		}
+		body = kept
+	}
+	send := func() *bufferedResponse {
+		if r.Method != http.MethodGet {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		rec := &bufferedResponse{header: http.Header{}}
+		b.proxy.ServeHTTP(rec, r)
+		return rec
+	}
+	rec := send()
+	rerun := heal && (r.Method == http.MethodGet || rec.header.Get(headerNotRun) != "")
+	if rerun && b.died(rec) {
+		if _, err := b.awaitUp(r.Context()); err == nil {
+			rec = send()
+			w.Header().Set(HeaderRestarted, strconv.Itoa(b.restartCount()))
+		}
+	}
+	rec.header.Del(headerNotRun)
 	rec.writeTo(w)
 }
+
+// rerunBodyLimit bounds the body of a call kept to run it again; actions
+// and evaluations are far smaller, a browser state import may be larger.
+const rerunBodyLimit = 1 << 20
 
 // streamed reports whether r's answer is a stream (a live view, a
 // WebSocket) rather than one body to buffer.
@@ -788,7 +830,13 @@ func (s *Server) handleBrowser(w http.ResponseWriter, r *http.Request) error {
 			"this sandbox has no browser (create it with kind \"browser\")")
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/browser/actions" {
-		s.stepFault(w, inject.Browser, faults.InjectBrowserCrash, faults.InjectHang, faults.InjectAgentKill)
+		switch s.stepFault(w, inject.Browser, faults.InjectBrowserCrash, faults.InjectHang, faults.InjectAgentKill) {
+		case faults.InjectBrowserCrash, faults.InjectHang:
+			// The step met the fault: it answers it, not the restarted
+			// browser's result.
+			s.browser.serve(w, r, false)
+			return nil
+		}
 	}
 	s.browser.ServeHTTP(w, r)
 	return nil

@@ -63,6 +63,7 @@ func (s *Session) markHung(cause error) *faults.Error {
 	}
 	s.crashed = faults.Wrap(cause, faults.CodeBrowserHung, faults.Unavailable, faults.Browser,
 		"the browser stopped answering; it is being restarted")
+	s.died()
 	crashed := s.crashed
 	tabs := s.tabs
 	s.mu.Unlock()

@@ -24,6 +24,11 @@ func TestInjectedHangAndCrash(t *testing.T) {
 			}
 			defer s.Close()
 			mustDo(t, s, Action{Type: ActNavigate, URL: site.URL + "/basic.html"})
+			select {
+			case <-s.Dead():
+				t.Fatal("Dead closed while the browser works")
+			default:
+			}
 			want := faults.CodeBrowserCrashed
 			if kind == faults.InjectHang {
 				want = faults.CodeBrowserHung
@@ -33,6 +38,15 @@ func TestInjectedHangAndCrash(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if kind == faults.InjectBrowserCrash {
+				// Found dead with no call made, so its owner can restart it
+				// before the next one.
+				select {
+				case <-s.Dead():
+				case <-time.After(10 * time.Second):
+					t.Fatal("Dead still open 10 s after the crash")
+				}
 			}
 			start := time.Now()
 			res, err := s.Do(ctx, []Action{{Type: ActNavigate, URL: site.URL + "/basic.html"}})
@@ -44,6 +58,11 @@ func TestInjectedHangAndCrash(t *testing.T) {
 			}
 			if el := time.Since(start); el > 5*time.Second {
 				t.Errorf("%s found after %v", kind, el)
+			}
+			select {
+			case <-s.Dead():
+			default:
+				t.Errorf("Dead still open after %s was found", kind)
 			}
 		})
 	}

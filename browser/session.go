@@ -59,7 +59,10 @@ type Session struct {
 
 	closing atomic.Bool
 	// done closes when Close starts; background goroutines stop on it.
-	done      chan struct{}
+	done chan struct{}
+	// dead closes when the browser is found dead or hung (see Dead).
+	dead      chan struct{}
+	deadOnce  sync.Once
 	closeOnce sync.Once
 	closeErr  error
 	// wg counts background goroutines: the supervisor, tab adoption and
@@ -110,6 +113,7 @@ func Launch(ctx context.Context, opts Options) (*Session, error) {
 		opts:    o,
 		log:     o.Logger.With("component", "browser"),
 		done:    make(chan struct{}),
+		dead:    make(chan struct{}),
 		frames:  make(map[int64]frameInfo),
 		dataDir: o.UserDataDir,
 		shell:   chromium.IsHeadlessShell(o.ExecPath),
@@ -442,12 +446,20 @@ func (s *Session) markCrashed(cause error) *faults.Error {
 		msg += " (" + ee.ProcessState.String() + ")"
 	}
 	s.crashed = faults.Wrap(cause, faults.CodeBrowserCrashed, faults.Unavailable, faults.Browser, msg)
+	s.died()
 	s.log.Warn("browser crashed", "pid", s.pid, "category", s.crashed.Category, "source", s.crashed.Source, "error", cause)
 	for _, t := range s.tabs {
 		t.interrupt(errTabClosed)
 	}
 	return s.crashed
 }
+
+// Dead closes once the browser has crashed, been killed or hung: Err then
+// says why, and the session cannot be used again. Its owner restarts the
+// browser on it rather than polling Err.
+func (s *Session) Dead() <-chan struct{} { return s.dead }
+
+func (s *Session) died() { s.deadOnce.Do(func() { close(s.dead) }) }
 
 func (s *Session) crashError() *faults.Error {
 	s.mu.Lock()
