@@ -163,23 +163,7 @@ case "$cmd" in
     # under -race) started among the last would run on alone.
     slow=$(go list ./server ./deploy/images ./cmd/orchard ./browser ./runtime/local)
     mapfile -t pkgs < <(echo "$slow"; go list ./... | grep -v '/runtime/kube$' | grep -vxF "$slow")
-    if [ $# -gt 0 ]; then
-      go test -race -count=1 -timeout 25m -tags seccomp -skip 'OnKube' "$@" "${pkgs[@]}"
-    else
-      # The server's tests take as long as all the others together (14
-      # minutes under -race) and mostly wait on sandboxes, browsers and
-      # subprocesses: alone they keep 38 % of two cores busy. Its longest
-      # half runs in a go test of its own beside the rest.
-      server_long='^(TestChaosAttribution|TestPythonClient|TestThreeReplicaProcesses|TestBundledSuite|TestPythonPackageEnv|TestBundledRandomPolicy|TestRecordingExportStreams|TestShellEpisode|TestHarness|TestHarnessPip|TestBundledUnderFaults|TestEpisodeFork)$'
-      long_log=$(mktemp /tmp/orchard-test-server.XXXXXX)
-      go test -race -count=1 -timeout 25m -tags seccomp -run "$server_long" ./server >"$long_log" 2>&1 &
-      long_pid=$!
-      rc=0
-      go test -race -count=1 -timeout 25m -tags seccomp -skip "OnKube|$server_long" "${pkgs[@]}" || rc=$?
-      wait "$long_pid" || rc=$?
-      cat "$long_log"; rm -f "$long_log"
-      if [ "$rc" -ne 0 ]; then exit "$rc"; fi
-    fi
+    go test -race -count=1 -timeout 25m -tags seccomp -skip 'OnKube' "$@" "${pkgs[@]}"
     echo "dev.sh: tests without a cluster done at ${SECONDS}s" >&2
     start_kube
     # The kube runtime's tests and the commands' run on the cluster at
